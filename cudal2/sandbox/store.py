@@ -1,0 +1,334 @@
+"""SQLite store of every evaluation: sources, per-shape results and the harness's cuBLASLt algorithm cache.
+
+Every evaluation persists here; the RL reward, the prompt builder (best kernels for nearby shapes), the tuner
+and the exporter query it. Several processes (a trainer and a sampler) may share one file: the database runs in
+WAL mode with a 30 s busy timeout, and every write is one short `BEGIN IMMEDIATE` transaction.
+
+Keys: a result is addressed by (source_hash, M, N, K, acc, gpu, evaluator_version, mode). A re-evaluation adds
+a row, the newest row wins, and rows of another evaluator version are never served as current ones.
+
+Safety: opening a file that is not a SQLite database, a SQLite database that is not a result store, or a store
+of a newer schema raises `StoreError` before anything is written; the file is never deleted or overwritten.
+
+Units: times are microseconds (`_us`), timestamps (`first_seen`, `created`) are seconds since the Unix epoch,
+speedups are baseline median time over candidate median time (dimensionless, >1 means the candidate is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from cudal2.sandbox.types import (
+    EVALUATOR_VERSION,
+    Mode,
+    ShapeResult,
+    Status,
+    Task,
+    shape_result_from_json,
+    to_jsonable,
+)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+# Baselines with a denormalised speedup column, mapped to that column.
+SPEEDUP_COLUMNS = {
+    "cublas": "speedup_cublas",
+    "cublaslt_heuristic": "speedup_cublaslt_heuristic",
+    "cublaslt_autotuned": "speedup_cublaslt_autotuned",
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS sources (source_hash TEXT PRIMARY KEY, source TEXT NOT NULL, first_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY,
+    source_hash TEXT NOT NULL,
+    m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, acc TEXT NOT NULL,
+    gpu TEXT NOT NULL, evaluator_version TEXT NOT NULL, mode TEXT NOT NULL,
+    status TEXT NOT NULL, reason TEXT NOT NULL,
+    max_rel_err REAL, cand_median_us REAL,
+    speedup_cublas REAL, speedup_cublaslt_heuristic REAL, speedup_cublaslt_autotuned REAL,
+    result_json TEXT NOT NULL, created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_by_key
+    ON results (source_hash, m, n, k, acc, gpu, evaluator_version, mode);
+CREATE INDEX IF NOT EXISTS results_by_shape ON results (m, n, k, acc, gpu, status);
+CREATE TABLE IF NOT EXISTS algo_cache (
+    m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, acc TEXT NOT NULL, gpu TEXT NOT NULL,
+    kind TEXT NOT NULL, algo_hex TEXT NOT NULL, median_us REAL, created REAL NOT NULL,
+    PRIMARY KEY (m, n, k, acc, gpu, kind)
+);
+"""
+
+# One row per source: its newest result for a shape/gpu/version/mode, if that result is ok and was timed.
+_BEST_SQL = """
+SELECT source_hash, result_json FROM results
+WHERE id IN (
+    SELECT MAX(id) FROM results
+    WHERE m = ? AND n = ? AND k = ? AND acc = ? AND gpu = ? AND evaluator_version = ? AND mode = ?
+    GROUP BY source_hash
+)
+AND status = ? AND cand_median_us IS NOT NULL {baseline_filter}
+ORDER BY cand_median_us ASC, id ASC
+LIMIT ?
+"""
+
+
+class StoreError(RuntimeError):
+    """The result store cannot be opened or used as asked (one-line message naming the file)."""
+
+
+def default_db_path() -> Path:
+    """`$CUDAL2_DB` if set, else `$XDG_CACHE_HOME/cudal2/results.sqlite` (XDG default: ~/.cache)."""
+    explicit = os.environ.get("CUDAL2_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "cudal2" / "results.sqlite"
+
+
+def _mode_value(mode: Mode | str) -> str:
+    """'offline' or 'server'; ValueError on anything else."""
+    return Mode(mode).value
+
+
+def _speedup_column(baseline: str) -> str:
+    if baseline not in SPEEDUP_COLUMNS:
+        raise ValueError(f"unknown baseline {baseline!r}: expected one of {', '.join(SPEEDUP_COLUMNS)}")
+    return SPEEDUP_COLUMNS[baseline]
+
+
+def log2_distance(a: Task, b: Task) -> float:
+    """Euclidean distance between two shapes in log2 space over (M, N, K); 1.0 = one dimension doubled."""
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k))))
+
+
+def _restore(result_json: str) -> ShapeResult:
+    return shape_result_from_json(json.loads(result_json))
+
+
+class ResultStore:
+    """The SQLite result store at `path` (default: `default_db_path()`); use as a context manager or `close()`."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as e:
+            self._conn.close()
+            raise StoreError(f"{self.path}: cannot open as a cudal2 result store: {e}") from e
+        except StoreError:
+            self._conn.close()
+            raise
+
+    # -- opening ------------------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Validate the file, then (and only then) switch it to WAL and create any missing tables."""
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if self._check_version():
+            return
+        mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{self.path}: the file system does not support WAL journal mode (got {mode!r})")
+        with self._tx() as c:
+            # Statement by statement: executescript() would commit our transaction half-way.
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                c.execute(statement)
+            c.execute("INSERT OR IGNORE INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    def _check_version(self) -> bool:
+        """Raise StoreError unless the file is empty or a store of a known schema; True when fully set up."""
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return False
+        if "schema_version" not in tables:
+            raise StoreError(f"{self.path}: a SQLite database but not a cudal2 result store (no schema_version table)")
+        version = self._conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        if version is None or version > SCHEMA_VERSION or version < 1:
+            raise StoreError(
+                f"{self.path}: result store schema version {version} is not supported by this cudal2 "
+                f"(knows version {SCHEMA_VERSION}); upgrade cudal2 or point CUDAL2_DB elsewhere"
+            )
+        journal = self._conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return str(journal).lower() == "wal" and {"sources", "results", "algo_cache"} <= tables
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; takes the write lock up front (waits up to the busy timeout for it)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._conn.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sources ------------------------------------------------------------------------------------------
+
+    def put_source(self, source_hash: str, source: str) -> None:
+        """Record a candidate's source text (first write wins; a different text under the same hash raises)."""
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR IGNORE INTO sources (source_hash, source, first_seen) VALUES (?, ?, ?)",
+                (source_hash, source, time.time()),
+            )
+            stored = c.execute("SELECT source FROM sources WHERE source_hash = ?", (source_hash,)).fetchone()[0]
+        if stored != source:
+            raise StoreError(f"{self.path}: source hash {source_hash} already stored with a different text")
+
+    def get_source(self, source_hash: str) -> str | None:
+        """The source text stored under `source_hash`, or None."""
+        row = self._conn.execute("SELECT source FROM sources WHERE source_hash = ?", (source_hash,)).fetchone()
+        return row[0] if row else None
+
+    # -- results ------------------------------------------------------------------------------------------
+
+    def put_result(
+        self,
+        source_hash: str,
+        gpu: str,
+        mode: Mode | str,
+        result: ShapeResult,
+        *,
+        evaluator_version: str = EVALUATOR_VERSION,
+    ) -> int:
+        """Append one evaluation of `source_hash` on `result.task`; returns the new row id.
+
+        A re-evaluation adds a row rather than replacing one; readers take the newest.
+        """
+        t = result.task
+        cand = result.timings.get("candidate")
+        row = (
+            source_hash, t.m, t.n, t.k, t.acc.value, gpu, evaluator_version, _mode_value(mode),
+            result.status.value, result.reason, result.max_rel_err,
+            cand.median_us if cand else None,
+            *(result.speedup(name) for name in SPEEDUP_COLUMNS),
+            json.dumps(to_jsonable(result), sort_keys=True), time.time(),
+        )  # fmt: skip
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO results (source_hash, m, n, k, acc, gpu, evaluator_version, mode, status, reason,"
+                " max_rel_err, cand_median_us, speedup_cublas, speedup_cublaslt_heuristic,"
+                " speedup_cublaslt_autotuned, result_json, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        return int(cur.lastrowid)
+
+    def get_result(
+        self,
+        source_hash: str,
+        task: Task,
+        gpu: str,
+        mode: Mode | str,
+        evaluator_version: str = EVALUATOR_VERSION,
+    ) -> ShapeResult | None:
+        """The newest result of `source_hash` on `task` for this gpu, mode and evaluator version, or None."""
+        row = self._conn.execute(
+            "SELECT result_json FROM results WHERE source_hash = ? AND m = ? AND n = ? AND k = ? AND acc = ?"
+            " AND gpu = ? AND evaluator_version = ? AND mode = ? ORDER BY id DESC LIMIT 1",
+            (source_hash, task.m, task.n, task.k, task.acc.value, gpu, evaluator_version, _mode_value(mode)),
+        ).fetchone()
+        return _restore(row[0]) if row else None
+
+    def best(
+        self,
+        task: Task,
+        gpu: str,
+        mode: Mode | str = "offline",
+        baseline: str | None = "cublas",
+        limit: int = 1,
+    ) -> list[tuple[str, ShapeResult]]:
+        """The fastest sources on `task`: (source_hash, result), candidate median time (us) ascending.
+
+        Each source counts once, by its newest result under the current evaluator version; it qualifies only if
+        that result is ok and carries a candidate timing and (unless `baseline` is None) a speedup over `baseline`.
+        """
+        if limit < 0:
+            raise ValueError(f"limit={limit} must be >= 0")
+        baseline_filter = "" if baseline is None else f"AND {_speedup_column(baseline)} IS NOT NULL"
+        rows = self._conn.execute(
+            _BEST_SQL.format(baseline_filter=baseline_filter),
+            (task.m, task.n, task.k, task.acc.value, gpu, EVALUATOR_VERSION, _mode_value(mode), Status.OK.value, limit),
+        ).fetchall()
+        return [(h, _restore(js)) for h, js in rows]
+
+    def nearest_best(
+        self,
+        task: Task,
+        gpu: str,
+        k: int = 3,
+        mode: Mode | str = "offline",
+        baseline: str | None = "cublas",
+    ) -> list[tuple[str, ShapeResult]]:
+        """The best kernel on each of the `k` nearest other shapes with an ok result (same acc, gpu, mode).
+
+        Distance is `log2_distance` over (M, N, K); ties go to the smaller (M, N, K). One entry per shape, nearest
+        first; `result.task` names the shape. For contrastive prompting.
+        """
+        out: list[tuple[str, ShapeResult]] = []
+        for other in self._shapes_by_distance(task, gpu, mode):
+            if len(out) >= k:
+                break
+            out.extend(self.best(other, gpu, mode=mode, baseline=baseline, limit=1))
+        return out
+
+    def _shapes_by_distance(self, task: Task, gpu: str, mode: Mode | str) -> list[Task]:
+        """Other shapes (same acc) with an ok result under the current evaluator version, nearest first."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT m, n, k FROM results WHERE acc = ? AND gpu = ? AND evaluator_version = ? AND mode = ?"
+            " AND status = ? AND NOT (m = ? AND n = ? AND k = ?)",
+            (task.acc.value, gpu, EVALUATOR_VERSION, _mode_value(mode), Status.OK.value, task.m, task.n, task.k),
+        ).fetchall()
+        shapes = [Task(m, n, k_, task.acc) for m, n, k_ in rows]
+        return sorted(shapes, key=lambda s: (log2_distance(task, s), s.m, s.n, s.k))
+
+    def counts_by_status(self) -> dict[str, int]:
+        """Number of result rows per status value, over all rows (every version, gpu, mode, re-evaluation)."""
+        rows = self._conn.execute("SELECT status, COUNT(*) FROM results GROUP BY status ORDER BY status")
+        return {status: int(n) for status, n in rows}
+
+    # -- cuBLASLt algorithm cache ---------------------------------------------------------------------------
+
+    def put_algo(self, task: Task, gpu: str, kind: str, algo_hex: str, median_us: float) -> None:
+        """Record (replacing any previous) the harness's winning cuBLASLt algorithm for `task` on `gpu`.
+
+        `kind` names what was tuned (e.g. "cublaslt_autotuned"); `algo_hex` is the serialised
+        cublasLtMatmulAlgo_t; `median_us` its measured median time, microseconds.
+        """
+        with self._tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO algo_cache (m, n, k, acc, gpu, kind, algo_hex, median_us, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task.m, task.n, task.k, task.acc.value, gpu, kind, algo_hex, median_us, time.time()),
+            )
+
+    def get_algo(self, task: Task, gpu: str, kind: str) -> str | None:
+        """The cached algorithm (hex) for `task` on `gpu` of this `kind`, or None."""
+        row = self._conn.execute(
+            "SELECT algo_hex FROM algo_cache WHERE m = ? AND n = ? AND k = ? AND acc = ? AND gpu = ? AND kind = ?",
+            (task.m, task.n, task.k, task.acc.value, gpu, kind),
+        ).fetchone()
+        return row[0] if row else None
