@@ -1,0 +1,178 @@
+"""`cudal2` command line.
+
+    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|server]
+                [--target-qps N] [--compile-only] [--json] [--gpu ID] [--db PATH] [--fresh]
+    cudal2 baseline --mnk 64_4096_64 [--mnk ...] [--acc ...] [--mode ...] [--json] [--gpu ID]
+
+Exit status: 0 when every result is ok (`compiled` under --compile-only), 1 when any candidate failed,
+2 on bad usage or an internal error. Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
+from cudal2.sandbox.types import Acc, BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotuned")
+
+
+class UsageError(Exception):
+    """Bad command-line input; printed as one line, exit 2."""
+
+
+def _add_task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mnk", action="append", required=True, help="shape M_N_K, e.g. 64_4096_64 (repeatable)")
+    p.add_argument("--acc", default="fp32", choices=[a.value for a in Acc], help="accumulation precision required")
+    p.add_argument("--mode", default="offline", choices=[m.value for m in Mode],
+                   help="offline: back-to-back CUDA-graph replay; server: L2 flushed, Poisson arrivals")
+    p.add_argument("--target-qps", type=float, default=2000.0, help="server mode: mean arrivals per second")
+    p.add_argument("--json", action="store_true", help="one JSON object per line per (file, shape)")
+    p.add_argument("--gpu", type=int, default=0, help="GPU index")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cudal2", description="RL for fast CUDA HGEMM kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="compile, verify and time candidate kernels against cuBLAS")
+    ev.add_argument("files", nargs="+", help="candidate .cu files (the cudal2_hgemm contract)")
+    _add_task_args(ev)
+    ev.add_argument("--compile-only", action="store_true", help="static checks, compile and link check only")
+    ev.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    ev.add_argument("--fresh", action="store_true", help="re-measure even if the store has the result")
+    ev.add_argument("--arch", default=None, help="nvcc target override, e.g. sm_90a or sm_80")
+    ev.set_defaults(func=cmd_eval)
+    bl = sub.add_parser("baseline", help="time cuBLAS / cuBLASLt alone")
+    _add_task_args(bl)
+    bl.set_defaults(func=cmd_baseline)
+    return parser
+
+
+def _tasks(args) -> list[Task]:
+    try:
+        return [Task.parse(s, args.acc) for s in args.mnk]
+    except BadTask as e:
+        raise UsageError(str(e)) from None
+
+
+def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.is_file():
+            raise UsageError(f"{f}: no such file")
+        try:
+            out.append((f, p.read_text()))
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"{f}: cannot read as text ({e.__class__.__name__})") from None
+    return out
+
+
+def _shape_json(file: str | None, s: ShapeResult) -> dict:
+    d = {"file": file, "mnk": s.task.mnk, "acc": s.task.acc.value, "status": s.status.value, "reason": s.reason}
+    d.update({k: v for k, v in to_jsonable(s).items() if k not in ("task", "status", "reason")})
+    d["speedups"] = s.speedups()
+    return d
+
+
+def _fmt_us(s: ShapeResult, name: str) -> str:
+    t = s.timings.get(name)
+    return f"{t.median_us:9.2f}" if t else f"{'-':>9}"
+
+
+def _table(rows: list[tuple[str, ShapeResult]], with_candidate: bool) -> str:
+    head = f"{'file':<28} {'shape':<18} {'status':<19}" if with_candidate else f"{'shape':<18}"
+    cols = (["candidate"] if with_candidate else []) + list(BASELINES)
+    lines = [head + "".join(f" {c[:9]:>9}" for c in cols) + ("  speedup(cublas)  reason" if with_candidate else "")]
+    for file, s in rows:
+        line = (f"{Path(file).name[:28]:<28} {s.task.mnk:<18} {s.status.value:<19}" if with_candidate
+                else f"{s.task.mnk:<18}")
+        line += "".join(f" {_fmt_us(s, c)}" for c in cols)
+        if with_candidate:
+            sp = s.speedup("cublas")
+            line += f"  {sp:14.3f}x  " if sp else f"  {'-':>15}  "
+            line += s.reason[:100]
+        lines.append(line)
+    lines.append("(times: median microseconds per call)")
+    return "\n".join(lines)
+
+
+def _open_store(path: str | None) -> ResultStore:
+    try:
+        return ResultStore(path)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_eval(args) -> int:
+    tasks = _tasks(args)
+    sources = _read_sources(args.files)
+    if not args.compile_only and detect_gpu(args.gpu) is None:
+        raise UsageError("no CUDA GPU visible on this machine: only --compile-only evaluation is possible here")
+    opts = EvalOptions(mode=Mode(args.mode), compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch,
+                       fresh=args.fresh, target_qps=args.target_qps)
+    with _open_store(args.db) as store:
+        ev = Evaluator(opts, store)
+        results: list[tuple[str, EvalResult]] = []
+        for file, src in sources:
+            res = ev.evaluate(src, tasks)
+            results.append((file, res))
+            if args.json:
+                for s in res.shapes:
+                    print(json.dumps(_shape_json(file, s)), flush=True)
+    if not args.json:
+        print(f"evaluator on {ev.gpu_label}, mode {args.mode}")
+        print(_table([(f, s) for f, r in results for s in r.shapes], with_candidate=True))
+    statuses = [s.status for _, r in results for s in r.shapes]
+    if any(s == Status.INTERNAL_ERROR for s in statuses):
+        return EXIT_USAGE
+    return EXIT_OK if all(s.success for s in statuses) else EXIT_FAILED
+
+
+def cmd_baseline(args) -> int:
+    tasks = _tasks(args)
+    if detect_gpu(args.gpu) is None:
+        raise UsageError("no CUDA GPU visible on this machine: baselines need one")
+    ev = Evaluator(EvalOptions(mode=Mode(args.mode), gpu_index=args.gpu, target_qps=args.target_qps))
+    res = ev.baselines(tasks)
+    if args.json:
+        for s in res:
+            print(json.dumps(_shape_json(None, s)))
+    else:
+        print(f"baselines on {ev.gpu_label}, mode {args.mode}")
+        print(_table([("", s) for s in res], with_candidate=False))
+    return EXIT_OK if all(s.status == Status.OK for s in res) else EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed a one-line usage error
+        return EXIT_USAGE if e.code else EXIT_OK
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"cudal2: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # an evaluator bug: one line for the user, the traceback on request
+        if os.environ.get("CUDAL2_DEBUG"):
+            raise
+        print(f"cudal2: internal error: {e!r} (set CUDAL2_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("cudal2: interrupted", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

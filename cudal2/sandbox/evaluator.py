@@ -1,0 +1,255 @@
+"""evaluate(source, tasks) -> EvalResult: the one entry point every reward and every published number uses.
+
+    source --static_check.check_source--> violations? -> STATIC_REJECT
+           --compiler.compile_source-----> CompileResult (cached by content) -> COMPILE_ERROR / TIMEOUT
+           --static_check.check_library--> forbidden imports / instructions? -> STATIC_REJECT
+           --store (unless fresh)--------> results already measured for (source, task, GPU, version, mode)
+           --runner.run_harness----------> one confined child per candidate, many tasks per child;
+                                            a crash or hang costs the task it happened in, the rest rerun
+           --store.put_result------------> every result persisted
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudal2.sandbox import compiler, static_check
+from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu
+from cudal2.sandbox.harness_build import HarnessBuildError, harness_path
+from cudal2.sandbox.runner import HarnessRun, RunLimits, run_harness
+from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.types import (
+    EVALUATOR_VERSION,
+    CompileResult,
+    EvalResult,
+    Mode,
+    ShapeResult,
+    Status,
+    Task,
+    Timing,
+    Violation,
+)
+
+# Plausibility gate: no HGEMM on any GPU we target runs faster than this (H200 dense fp16 is ~990 TFLOP/s by
+# the datasheet; 1.5x headroom). A faster reported time means the measurement was fooled.
+ROOFLINE_FLOPS_PER_S = 1.5e15
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """How to evaluate. Field comments give units."""
+
+    mode: Mode = Mode.OFFLINE
+    compile_only: bool = False  # static checks + compile + link check only; no GPU needed
+    gpu_index: int = 0
+    arch: str | None = None  # nvcc target; default: the GPU's (sm_90a on Hopper, sm_80 otherwise) or sm_90a
+    fresh: bool = False  # ignore results already in the store
+    checks: bool = True  # runtime hardening checks (turn off only to measure their cost)
+    baselines: bool = True  # time cuBLAS / cuBLASLt beside the candidate
+    target_qps: float = 2000.0  # server mode: mean arrival rate, calls per second
+    target_ms: float = 150.0  # timing budget per timed kernel per shape, milliseconds
+    warmup_ms: float = 20.0
+    min_reps: int = 10
+    max_reps: int = 200
+    tol_fp32: float = 2.5e-4  # max relative error vs the half-rounded fp32 reference at K=1024 (x sqrt(K/1024))
+    tol_fp16: float = 5e-3  # fp16-accumulate floor at K=1024; also >= 2x cuBLAS fp16 error on the same inputs
+    compile_timeout_s: float = 180.0
+    limits: RunLimits = field(default_factory=RunLimits)
+    cache_dir: Path | None = None  # compile cache; default under the user cache dir
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cudal2" / "build"
+
+
+class Evaluator:
+    """Evaluates candidate sources on tasks. One instance serves many candidates (the harness is built once)."""
+
+    def __init__(self, options: EvalOptions | None = None, store: ResultStore | None = None):
+        self.options = options or EvalOptions()
+        self.store = store
+        self.gpu: GpuInfo | None = None if self.options.compile_only else detect_gpu(self.options.gpu_index)
+        self.arch = self.options.arch or (self.gpu.arch if self.gpu else DEFAULT_ARCH)
+        self.cache_dir = self.options.cache_dir or default_cache_dir()
+        self._harness: Path | None = None
+
+    @property
+    def gpu_label(self) -> str:
+        return self.gpu.label if self.gpu else f"cpu (compile-only, {self.arch})"
+
+    def evaluate(self, source: str, tasks: Sequence[Task]) -> EvalResult:
+        """Never raises for a bad candidate: every failure is a status on each task's ShapeResult."""
+        src_hash = source_hash(source)
+        violations = static_check.check_source(source)
+        if violations:
+            return self._uniform(src_hash, tasks, None, Status.STATIC_REJECT, str(violations[0]), violations)
+        comp = compiler.compile_source(source, self.arch, self.cache_dir, timeout_s=self.options.compile_timeout_s)
+        if comp.status != Status.COMPILED:
+            return self._uniform(src_hash, tasks, comp, comp.status, comp.reason)
+        link = [v for v in static_check.check_library(comp.lib_path) if v.rule != "link_check_unavailable"]
+        if link:
+            return self._uniform(src_hash, tasks, comp, Status.STATIC_REJECT, str(link[0]), tuple(link))
+        if self.options.compile_only:
+            why = f"compiled for {self.arch} in {comp.seconds:.1f} s{' (cached)' if comp.cached else ''}; not run"
+            return self._uniform(src_hash, tasks, comp, Status.COMPILED, why)
+        if self.gpu is None:
+            return self._uniform(src_hash, tasks, comp, Status.NO_GPU, "no CUDA GPU visible: use --compile-only")
+        shapes = self._run(source, src_hash, comp, tasks)
+        return EvalResult(src_hash, self.gpu_label, EVALUATOR_VERSION, comp, tuple(shapes))
+
+    def baselines(self, tasks: Sequence[Task]) -> list[ShapeResult]:
+        """cuBLAS / cuBLASLt timings alone (no candidate)."""
+        if self.gpu is None:
+            return [ShapeResult(t, Status.NO_GPU, "no CUDA GPU visible") for t in tasks]
+        return self._run_harness_tasks("-", list(tasks))
+
+    # ---------------------------------------------------------------------------------------------- internals
+    def _uniform(self, src_hash, tasks, comp: CompileResult | None, status: Status, reason: str,
+                 violations: Sequence[Violation] = ()) -> EvalResult:
+        shapes = tuple(ShapeResult(t, status, reason) for t in tasks)
+        if self.store is not None and status not in (Status.COMPILED, Status.INTERNAL_ERROR, Status.NO_GPU):
+            for s in shapes:
+                self.store.put_result(src_hash, self.gpu_label, self.options.mode, s)
+        return EvalResult(src_hash, self.gpu_label, EVALUATOR_VERSION, comp, shapes, tuple(violations))
+
+    def _run(self, source: str, src_hash: str, comp: CompileResult, tasks: Sequence[Task]) -> list[ShapeResult]:
+        known: dict[Task, ShapeResult] = {}
+        if self.store is not None:
+            self.store.put_source(src_hash, source)
+            if not self.options.fresh:
+                for t in tasks:
+                    hit = self.store.get_result(src_hash, t, self.gpu_label, self.options.mode)
+                    if hit is not None:
+                        known[t] = hit
+        todo = [t for t in dict.fromkeys(tasks) if t not in known]
+        if todo:
+            for res in self._run_harness_tasks(comp.lib_path, todo):
+                known[res.task] = res
+                if self.store is not None and res.status != Status.INTERNAL_ERROR:
+                    self.store.put_result(src_hash, self.gpu_label, self.options.mode, res)
+        return [known[t] for t in tasks]
+
+    def _harness_cmd(self) -> Path:
+        if self._harness is None:
+            self._harness = harness_path(self.gpu.compute_capability)
+        return self._harness
+
+    def _spec(self, tasks: Sequence[Task]) -> list[str]:
+        o = self.options
+        lines = [
+            f"seed {int.from_bytes(os.urandom(8), 'little')}",  # secret per run: inputs cannot be predicted
+            f"mode {o.mode.value}", f"checks {int(o.checks)}", f"baselines {int(o.baselines)}",
+            f"warmup_ms {o.warmup_ms}", f"target_ms {o.target_ms}", f"min_reps {o.min_reps}",
+            f"max_reps {o.max_reps}", f"qps {o.target_qps}", f"tol_fp32 {o.tol_fp32}", f"tol_fp16 {o.tol_fp16}",
+        ]
+        for t in tasks:
+            algo = self.store.get_algo(t, self.gpu_label, "cublaslt_autotuned") if self.store else None
+            lines.append(f"task {t.m} {t.n} {t.k} {t.acc.value} {algo or '-'}")
+        return lines
+
+    def _run_harness_tasks(self, lib: str, tasks: list[Task]) -> list[ShapeResult]:
+        try:
+            harness = self._harness_cmd()
+        except HarnessBuildError as e:
+            return [ShapeResult(t, Status.INTERNAL_ERROR, str(e).splitlines()[0]) for t in tasks]
+        results: dict[Task, ShapeResult] = {}
+        pending = list(tasks)
+        while pending:
+            run = run_harness([str(harness), lib], self._spec(pending), gpu_index=self.gpu.index,
+                              limits=self.options.limits, n_tasks=len(pending))
+            rest = self._absorb(run, pending, results)
+            if len(rest) == len(pending):  # no progress: never loop on a harness that dies the same way
+                status, why = _death(run)
+                results[pending[0]] = ShapeResult(pending[0], status, why)
+                rest = pending[1:]
+            pending = rest
+        return [results[t] for t in tasks]
+
+    def _absorb(self, run: HarnessRun, pending: list[Task], results: dict[Task, ShapeResult]) -> list[Task]:
+        """Take what one harness run reported; return the tasks still to run (after a crash or hang)."""
+        if run.forged_lines:
+            why = f"{run.forged_lines} line(s) without the run's nonce appeared on the harness's result channel"
+            for t in pending:
+                results[t] = ShapeResult(t, Status.REJECTED_BEHAVIOUR, why)
+            return []
+        notes = _sandbox_notes(run)
+        fatal = [e for e in run.events if e.get("event") == "fatal"]
+        if fatal:
+            for t in pending:
+                results[t] = ShapeResult(t, Status.INTERNAL_ERROR, str(fatal[0].get("reason")), notes=notes)
+            return []
+        by_shape = {(e["m"], e["n"], e["k"]): e for e in run.task_events()}
+        begun = [(e["m"], e["n"], e["k"]) for e in run.events if e.get("event") == "begin"]
+        rest = []
+        for i, t in enumerate(pending):
+            ev = by_shape.get((t.m, t.n, t.k))
+            if ev is not None:
+                results[t] = self._shape_from_event(t, ev, notes)
+                continue
+            if run.done:  # a finished harness that skipped a task is our bug, not the candidate's
+                results[t] = ShapeResult(t, Status.INTERNAL_ERROR, "harness finished without reporting this task")
+                continue
+            # The harness died. The task it had begun is the culprit; if it died before any task began
+            # (e.g. in the candidate's library constructor), every pending task shares the failure.
+            if begun and (t.m, t.n, t.k) != begun[-1]:
+                rest = pending[i:]
+                break
+            status, why = _death(run)
+            results[t] = ShapeResult(t, status, why, notes=notes)
+            if begun:
+                rest = [u for u in pending[i + 1:] if u not in results]
+                break
+        return rest
+
+    def _shape_from_event(self, task: Task, ev: dict, notes: tuple[str, ...]) -> ShapeResult:
+        timings = {k: Timing(**v) for k, v in (ev.get("timings") or {}).items()}
+        status, reason = Status(ev["status"]), ev.get("reason", "")
+        cand = timings.get("candidate")
+        if status == Status.OK and cand is not None and cand.median_us < task.flops / ROOFLINE_FLOPS_PER_S * 1e6:
+            status = Status.REJECTED_BEHAVIOUR
+            reason = (f"measured {cand.median_us:.3g} us, faster than any GPU can do {task.flops:.3g} FLOP "
+                      f"({ROOFLINE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ceiling): the timing was fooled")
+        if status == Status.OK and not reason:
+            reason = "correct and timed"
+        algo = ev.get("algo_hex")
+        if self.store is not None and algo and algo != "-" and "cublaslt_autotuned" in timings:
+            self.store.put_algo(task, self.gpu_label, "cublaslt_autotuned", algo,
+                                timings["cublaslt_autotuned"].median_us)
+        return ShapeResult(task, status, reason, max_rel_err=ev.get("max_rel_err"), timings=timings,
+                           graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes)
+
+
+def _sandbox_notes(run: HarnessRun) -> tuple[str, ...]:
+    start = next((e for e in run.events if e.get("event") == "start"), None)
+    if start is None:
+        return ()
+    return tuple(f"sandbox {k} {v}" for k, v in (start.get("sandbox") or {}).items() if str(v).startswith("off"))
+
+
+def _death(run: HarnessRun) -> tuple[Status, str]:
+    """Status and one-line reason for a harness process that ended without finishing its report."""
+    tail = run.stderr.strip().splitlines()[-1][:200] if run.stderr.strip() else ""
+    suffix = f" (stderr: {tail})" if tail else ""
+    if run.timed_out:
+        phase = "while loading" if run.timeout_phase == "start" else "on this shape"
+        return Status.TIMEOUT, f"killed after exceeding the time limit {phase} (hang or infinite loop?){suffix}"
+    code = run.exit_code
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return Status.RUNTIME_ERROR, f"the process was killed by {name}{suffix}"
+    if code == 0:
+        return Status.RUNTIME_ERROR, f"the process exited with status 0 before reporting (exit() called?){suffix}"
+    return Status.RUNTIME_ERROR, f"the process exited with status {code} before reporting{suffix}"

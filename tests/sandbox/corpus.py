@@ -1,0 +1,33 @@
+"""The kernel corpora (kernels/seed, legit, adversarial, faults) and the status each file must get.
+
+Every adversarial or fault kernel names its expected status in a header line `// expect: <status>`; seed and
+legit kernels must be `ok`. Tests parametrize over these lists, so adding a file adds a test.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from cudal2.sandbox.types import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "kernels"
+_EXPECT = re.compile(r"^//\s*expect:\s*([a-z_]+)", re.MULTILINE)
+
+
+def expected_status(path: Path) -> Status:
+    if path.parent.name in ("seed", "legit"):
+        return Status.OK
+    match = _EXPECT.search(path.read_text())
+    if not match:
+        raise ValueError(f"{path} has no '// expect: <status>' header")
+    return Status(match.group(1))
+
+
+def corpus(*dirs: str) -> list[Path]:
+    return sorted(p for d in dirs for p in (KERNELS / d).glob("*.cu"))
+
+
+def ids(paths: list[Path]) -> list[str]:
+    return [f"{p.parent.name}/{p.stem}" for p in paths]

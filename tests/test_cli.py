@@ -1,0 +1,87 @@
+"""CLI behaviour on a CPU machine: exit codes, one-line errors, --json schema, compile-only evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cudal2 import cli
+from tests.sandbox.corpus import KERNELS
+
+SEED = str(KERNELS / "seed" / "naive.cu")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAL2_NO_GPU", "1")  # the CPU path, also when a GPU happens to be present
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.nvcc
+def test_compile_only_json_schema(capsys, tmp_path):
+    code, out, _ = run(capsys, "eval", SEED, "--mnk", "64_4096_64", "--mnk", "128x128x256", "--compile-only",
+                       "--json", "--db", str(tmp_path / "r.sqlite"))
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["mnk"] for r in rows] == ["64_4096_64", "128_128_256"]
+    for r in rows:
+        assert r["file"] == SEED and r["status"] == "compiled" and "sm_90a" in r["reason"]
+
+
+@pytest.mark.nvcc
+def test_compile_error_exits_1_with_reason(capsys, tmp_path):
+    bad = tmp_path / "bad.cu"
+    bad.write_text('#include <cuda_fp16.h>\nextern "C" int cudal2_hgemm(const half* A, const half* B, half* C, '
+                   "int M, int N, int K, void* w, size_t wb, cudaStream_t s) { return undefined_thing; }\n")
+    code, out, _ = run(capsys, "eval", str(bad), "--mnk", "64_64_64", "--compile-only", "--json",
+                       "--db", str(tmp_path / "r.sqlite"))
+    assert code == 1
+    row = json.loads(out)
+    assert row["status"] == "compile_error" and row["reason"]
+
+
+def test_static_reject_exits_1(capsys, tmp_path):
+    bad = tmp_path / "forks.cu"
+    bad.write_text('extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, '
+                   "void* w, size_t wb, cudaStream_t s) { fork(); return 0; }\n")
+    code, out, _ = run(capsys, "eval", str(bad), "--mnk", "64_64_64", "--compile-only", "--json",
+                       "--db", str(tmp_path / "r.sqlite"))
+    assert code == 1
+    assert json.loads(out)["status"] == "static_reject"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["eval", SEED, "--mnk", "64_64"], "bad shape"),
+        (["eval", SEED, "--mnk", "0_64_64"], "M=0"),
+        (["eval", "/no/such/file.cu", "--mnk", "64_64_64", "--compile-only"], "no such file"),
+        (["eval", SEED, "--mnk", "64_64_64"], "no CUDA GPU"),  # beyond --compile-only without a GPU
+        (["baseline", "--mnk", "64_64_64"], "no CUDA GPU"),
+    ],
+)
+def test_bad_usage_one_line_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_corrupt_db_is_one_line_error_and_file_untouched(capsys, tmp_path):
+    db = tmp_path / "r.sqlite"
+    db.write_bytes(b"not a database at all" * 100)
+    before = db.read_bytes()
+    code, _, err = run(capsys, "eval", SEED, "--mnk", "64_64_64", "--compile-only", "--db", str(db))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert db.read_bytes() == before
+
+
+def test_argparse_errors_exit_2(capsys):
+    code, _, _ = run(capsys, "eval")
+    assert code == 2
