@@ -86,7 +86,7 @@ def torch_graph_us(task: Task, sets: int = 8, reps: int = 50) -> float:
 def baselines_vs_torch() -> list[dict]:
     ev = Evaluator(EvalOptions())
     rows = []
-    for task, res in zip(GRID_SAMPLE, ev.baselines(GRID_SAMPLE)):
+    for task, res in zip(GRID_SAMPLE, ev.baselines(GRID_SAMPLE), strict=True):
         cub = res.timings.get("cublas")
         tor = torch_graph_us(task)
         rows.append({"task": task.mnk, "status": res.status.value, "cublas_us": cub.median_us if cub else None,
