@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,71 +162,82 @@ class Evaluator:
             harness = self._harness_cmd()
         except HarnessBuildError as e:
             return [ShapeResult(t, Status.INTERNAL_ERROR, str(e).splitlines()[0]) for t in tasks]
-        results: dict[Task, ShapeResult] = {}
-        pending = list(tasks)
-        while pending:
-            run = run_harness([str(harness), lib], self._spec(pending), gpu_index=self.gpu.index,
-                              limits=self.options.limits, n_tasks=len(pending))
-            rest = self._absorb(run, pending, results)
-            if len(rest) == len(pending):  # no progress: never loop on a harness that dies the same way
-                status, why = _death(run)
-                results[pending[0]] = ShapeResult(pending[0], status, why)
-                rest = pending[1:]
-            pending = rest
-        return [results[t] for t in tasks]
+        results, algos = measure([str(harness), lib], tasks, self._spec, self.gpu.index, self.options.limits)
+        if self.store is not None:
+            for task, (algo, median_us) in algos.items():
+                self.store.put_algo(task, self.gpu_label, "cublaslt_autotuned", algo, median_us)
+        return results
 
-    def _absorb(self, run: HarnessRun, pending: list[Task], results: dict[Task, ShapeResult]) -> list[Task]:
-        """Take what one harness run reported; return the tasks still to run (after a crash or hang)."""
-        if run.forged_lines:
-            why = f"{run.forged_lines} line(s) without the run's nonce appeared on the harness's result channel"
-            for t in pending:
-                results[t] = ShapeResult(t, Status.REJECTED_BEHAVIOUR, why)
-            return []
-        notes = _sandbox_notes(run)
-        fatal = [e for e in run.events if e.get("event") == "fatal"]
-        if fatal:
-            for t in pending:
-                results[t] = ShapeResult(t, Status.INTERNAL_ERROR, str(fatal[0].get("reason")), notes=notes)
-            return []
-        by_shape = {(e["m"], e["n"], e["k"]): e for e in run.task_events()}
-        begun = [(e["m"], e["n"], e["k"]) for e in run.events if e.get("event") == "begin"]
-        rest = []
-        for i, t in enumerate(pending):
-            ev = by_shape.get((t.m, t.n, t.k))
-            if ev is not None:
-                results[t] = self._shape_from_event(t, ev, notes)
-                continue
-            if run.done:  # a finished harness that skipped a task is our bug, not the candidate's
-                results[t] = ShapeResult(t, Status.INTERNAL_ERROR, "harness finished without reporting this task")
-                continue
-            # The harness died. The task it had begun is the culprit; if it died before any task began
-            # (e.g. in the candidate's library constructor), every pending task shares the failure.
-            if begun and (t.m, t.n, t.k) != begun[-1]:
-                rest = pending[i:]
-                break
+
+def measure(command: list[str], tasks: list[Task], spec: Callable[[list[Task]], list[str]], gpu_index: int | None,
+            limits: RunLimits) -> tuple[list[ShapeResult], dict[Task, tuple[str, float]]]:
+    """Run the harness `command` over `tasks` until each has a result: a crash or hang costs the task it happened
+    in, and the harness is restarted on the rest. Also returns the cuBLASLt autotuned winners it reported."""
+    results: dict[Task, ShapeResult] = {}
+    algos: dict[Task, tuple[str, float]] = {}
+    pending = list(tasks)
+    while pending:
+        run = run_harness(command, spec(pending), gpu_index=gpu_index, limits=limits, n_tasks=len(pending))
+        rest = _absorb(run, pending, results, algos)
+        if len(rest) == len(pending):  # no progress: never loop on a harness that dies the same way
             status, why = _death(run)
-            results[t] = ShapeResult(t, status, why, notes=notes)
-            if begun:
-                rest = [u for u in pending[i + 1:] if u not in results]
-                break
-        return rest
+            results[pending[0]] = ShapeResult(pending[0], status, why)
+            rest = pending[1:]
+        pending = rest
+    return [results[t] for t in tasks], algos
 
-    def _shape_from_event(self, task: Task, ev: dict, notes: tuple[str, ...]) -> ShapeResult:
-        timings = {k: Timing(**v) for k, v in (ev.get("timings") or {}).items()}
-        status, reason = Status(ev["status"]), ev.get("reason", "")
-        cand = timings.get("candidate")
-        if status == Status.OK and cand is not None and cand.median_us < task.flops / ROOFLINE_FLOPS_PER_S * 1e6:
-            status = Status.REJECTED_BEHAVIOUR
-            reason = (f"measured {cand.median_us:.3g} us, faster than any GPU can do {task.flops:.3g} FLOP "
-                      f"({ROOFLINE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ceiling): the timing was fooled")
-        if status == Status.OK and not reason:
-            reason = "correct and timed"
-        algo = ev.get("algo_hex")
-        if self.store is not None and algo and algo != "-" and "cublaslt_autotuned" in timings:
-            self.store.put_algo(task, self.gpu_label, "cublaslt_autotuned", algo,
-                                timings["cublaslt_autotuned"].median_us)
-        return ShapeResult(task, status, reason, max_rel_err=ev.get("max_rel_err"), timings=timings,
-                           graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes)
+
+def _absorb(run: HarnessRun, pending: list[Task], results: dict[Task, ShapeResult],
+            algos: dict[Task, tuple[str, float]]) -> list[Task]:
+    """Take what one harness run reported; return the tasks still to run (after a crash or hang)."""
+    if run.forged_lines:
+        why = f"{run.forged_lines} line(s) without the run's nonce appeared on the harness's result channel"
+        for t in pending:
+            results[t] = ShapeResult(t, Status.REJECTED_BEHAVIOUR, why)
+        return []
+    notes = _sandbox_notes(run)
+    fatal = [e for e in run.events if e.get("event") == "fatal"]
+    if fatal:
+        for t in pending:
+            results[t] = ShapeResult(t, Status.INTERNAL_ERROR, str(fatal[0].get("reason")), notes=notes)
+        return []
+    by_shape = {(e["m"], e["n"], e["k"]): e for e in run.task_events()}
+    begun = [(e["m"], e["n"], e["k"]) for e in run.events if e.get("event") == "begin"]
+    for i, t in enumerate(pending):
+        ev = by_shape.get((t.m, t.n, t.k))
+        if ev is not None:
+            results[t] = shape_from_event(t, ev, notes)
+            algo, auto = ev.get("algo_hex"), results[t].timings.get("cublaslt_autotuned")
+            if algo and algo != "-" and auto is not None:
+                algos[t] = (algo, auto.median_us)
+            continue
+        if run.done:  # a finished harness that skipped a task is our bug, not the candidate's
+            results[t] = ShapeResult(t, Status.INTERNAL_ERROR, "harness finished without reporting this task")
+            continue
+        # The harness died. The task it had begun is the culprit; if it died before any task began
+        # (e.g. in the candidate's library constructor), every pending task shares the failure.
+        if begun and (t.m, t.n, t.k) != begun[-1]:
+            return pending[i:]
+        status, why = _death(run)
+        results[t] = ShapeResult(t, status, why, notes=notes)
+        if begun:
+            return [u for u in pending[i + 1:] if u not in results]
+    return []
+
+
+def shape_from_event(task: Task, ev: dict, notes: tuple[str, ...]) -> ShapeResult:
+    """A harness "task" event as a ShapeResult, after the roofline plausibility gate."""
+    timings = {k: Timing(**v) for k, v in (ev.get("timings") or {}).items()}
+    status, reason = Status(ev["status"]), ev.get("reason", "")
+    cand = timings.get("candidate")
+    if status == Status.OK and cand is not None and cand.median_us < task.flops / ROOFLINE_FLOPS_PER_S * 1e6:
+        status = Status.REJECTED_BEHAVIOUR
+        reason = (f"measured {cand.median_us:.3g} us, faster than any GPU can do {task.flops:.3g} FLOP "
+                  f"({ROOFLINE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ceiling): the timing was fooled")
+    if status == Status.OK and not reason:
+        reason = "correct and timed" if cand is not None else "timed"
+    return ShapeResult(task, status, reason, max_rel_err=ev.get("max_rel_err"), timings=timings,
+                       graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes)
 
 
 def _sandbox_notes(run: HarnessRun) -> tuple[str, ...]:

@@ -35,9 +35,9 @@ extern "C" {
 #endif
 
 typedef struct {
-  char netns[96];
-  char landlock[96];
-  char seccomp[96];
+  char netns[160];
+  char landlock[160];
+  char seccomp[160];
 } cudal2_sandbox_report;
 
 // ---- landlock (own definitions: the build machine's headers may predate the ABI we use) ----
@@ -134,7 +134,7 @@ static void cl2_landlock(const char* writable_dir, char* out, size_t n) {
     return;
   }
   if (cl2_ll_allow(rs, writable_dir, dir_write) != 0) {
-    snprintf(out, n, "off: cannot add a rule for %s (errno %d)", writable_dir, errno);
+    snprintf(out, n, "off: cannot add a rule for the temp dir (errno %d)", errno);
     close(rs);
     return;
   }
@@ -161,7 +161,7 @@ static void cl2_seccomp(char* out, size_t n) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
       // clone: threads (CLONE_THREAD, 0x10000) are allowed, new processes are not.
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4),  // not clone: skip the 4 clone statements
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
       BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x10000, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
