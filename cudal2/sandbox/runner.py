@@ -19,7 +19,8 @@ device part on the GPU. What is protected, and how:
   before use (cudal2.sandbox.compiler), so a tampered library is rebuilt, never run.
 - The network: an empty network namespace where permitted (root or user namespaces), and landlock's TCP rules
   (ABI >= 4), and seccomp's ban on socket(2).
-- Resources: RLIMIT_CORE=0, RLIMIT_FSIZE, RLIMIT_NOFILE, a per-task wall-clock deadline, capped output.
+- Resources: RLIMIT_CORE=0, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_DATA (heap), a per-task wall-clock deadline,
+  capped output.
 - Other candidates: one process per candidate, a fresh temp dir, the GPU context dies with the process.
 
 What is NOT protected:
@@ -61,6 +62,9 @@ class RunLimits:
     max_output_bytes: int = 64 * 1024  # of the child's stdout and of its stderr, each (head and tail kept)
     file_size_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file the child may write
     open_files: int = 4096  # RLIMIT_NOFILE
+    # RLIMIT_DATA: private writable memory (heap). Not RLIMIT_AS: CUDA reserves large inaccessible address
+    # ranges that an address-space limit would refuse.
+    data_bytes: int = 16 << 30
 
 
 @dataclass
@@ -119,6 +123,7 @@ def _child_setup(limits: RunLimits) -> None:  # runs in the child between fork a
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 

@@ -25,6 +25,24 @@ def expected_status(path: Path) -> Status:
     return Status(match.group(1))
 
 
+_CAUGHT_BY = re.compile(r"^//\s*caught-by:\s*(.*)$", re.MULTILINE)
+
+
+def caught_at_compile_time(path: Path) -> bool:
+    """True for kernels whose expected status is decided before anything runs (static rules, nvcc)."""
+    status = expected_status(path)
+    if status in (Status.STATIC_REJECT, Status.COMPILE_ERROR):
+        return True
+    match = _CAUGHT_BY.search(path.read_text())
+    return status == Status.TIMEOUT and bool(match) and match.group(1).lower().startswith(("compiler", "nvcc"))
+
+
+def cpu_expected_status(path: Path) -> Status:
+    """What a compile-only evaluation (no GPU) must say: the final status if it is decided at compile time,
+    otherwise `compiled` (a runtime attack must not be rejected, nor a legit kernel, before it runs)."""
+    return expected_status(path) if caught_at_compile_time(path) else Status.COMPILED
+
+
 def corpus(*dirs: str) -> list[Path]:
     return sorted(p for d in dirs for p in (KERNELS / d).glob("*.cu"))
 
