@@ -77,11 +77,25 @@ def _read_sources(files: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _shape_json(file: str | None, s: ShapeResult) -> dict:
+def _shape_json(file: str | None, s: ShapeResult, res: EvalResult | None = None) -> dict:
     d = {"file": file, "mnk": s.task.mnk, "acc": s.task.acc.value, "status": s.status.value, "reason": s.reason}
     d.update({k: v for k, v in to_jsonable(s).items() if k not in ("task", "status", "reason")})
     d["speedups"] = s.speedups()
+    if res is not None:
+        d["source_hash"] = res.source_hash
+        d["gpu"] = res.gpu
+        d["ptxas"] = to_jsonable(res.compile.kernels) if res.compile else []
     return d
+
+
+def _ptxas_lines(file: str, res: EvalResult) -> list[str]:
+    if res.compile is None or not res.compile.kernels:
+        return []
+    out = [f"{Path(file).name}: compiled for {res.compile.arch}"]
+    for k in res.compile.kernels:
+        out.append(f"  {k.name[:70]:<70} {k.registers:4d} regs {k.smem_bytes:7d} B smem "
+                   f"{k.stack_bytes:5d} B stack {k.spill_store_bytes + k.spill_load_bytes:5d} B spills")
+    return out
 
 
 def _fmt_us(s: ShapeResult, name: str) -> str:
@@ -128,10 +142,12 @@ def cmd_eval(args) -> int:
             results.append((file, res))
             if args.json:
                 for s in res.shapes:
-                    print(json.dumps(_shape_json(file, s)), flush=True)
+                    print(json.dumps(_shape_json(file, s, res)), flush=True)
     if not args.json:
         print(f"evaluator on {ev.gpu_label}, mode {args.mode}")
         print(_table([(f, s) for f, r in results for s in r.shapes], with_candidate=True))
+        if args.compile_only:
+            print("\n".join(line for f, r in results for line in _ptxas_lines(f, r)))
     statuses = [s.status for _, r in results for s in r.shapes]
     if any(s == Status.INTERNAL_ERROR for s in statuses):
         return EXIT_USAGE
