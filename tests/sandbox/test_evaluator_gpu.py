@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 # Short timing: these tests check statuses, benchmarks measure.
 FAST = EvalOptions(fresh=True, target_ms=5, warmup_ms=2, min_reps=3, max_reps=10, compile_timeout_s=60,
-                   limits=RunLimits(start_timeout_s=60, task_timeout_s=20))
+                   limits=RunLimits(start_timeout_s=60, task_timeout_s=10))
 SEED_SHAPES = [Task(128, 128, 128), Task(256, 512, 1024), Task(1024, 1024, 1024), Task(192, 320, 4096)]
 CHECK_SHAPE = Task(256, 256, 1024)  # K >= 1024: fp16 accumulation must fail an fp32 task here
 LEGIT = (KERNELS / "seed" / "naive.cu").read_text()
