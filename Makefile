@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m ruff check cudal2 tests train.py benchmarks scripts
+	$(PY) -m ruff check cudal2 tests benchmarks scripts
 	# pytest exits 5 when it collected no test: that must fail, not pass silently.
 	$(PY) -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(PY) -m cudal2.demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check cudal2 tests train.py benchmarks scripts
+	$(PY) -m ruff check cudal2 tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
