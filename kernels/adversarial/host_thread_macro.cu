@@ -1,0 +1,46 @@
+// attack: host_thread.cu through pthread_create spelled by token pasting (declared by hand, no <pthread.h>), so no source regex sees it
+// expect: static_reject
+// caught-by: L: forbidden_symbol (imports pthread_create)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+// Honest part: one thread per output, fp32 accumulate, bounds-checked.
+__global__ void gemm_naive(const half* A, const half* B, half* C, int M, int N, int K) {
+    int n = blockIdx.x * 32 + threadIdx.x, m = blockIdx.y * 8 + threadIdx.y;
+    if (m >= M || n >= N) return;
+    float acc = 0.f;
+    for (int k = 0; k < K; ++k)
+        acc = fmaf(__half2float(A[(size_t)m * K + k]), __half2float(B[(size_t)n * K + k]), acc);
+    C[(size_t)m * N + n] = __float2half_rn(acc);
+}
+
+static int run_naive(const half* A, const half* B, half* C, int M, int N, int K, cudaStream_t s) {
+    dim3 block(32, 8), grid((N + 31) / 32, (M + 7) / 8);
+    gemm_naive<<<grid, block, 0, s>>>(A, B, C, M, N, K);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define SPAWN CAT(pthread, _create)
+
+extern "C" int SPAWN(unsigned long* id, const void* attr, void* (*fn)(void*), void* arg);
+
+struct Job {
+    const half* A; const half* B; half* C; int M, N, K; cudaStream_t s;
+};
+
+static void* later(void* p) {
+    Job* j = (Job*)p;
+    for (volatile long i = 0; i < 2000000; ++i) {}  // "later"
+    run_naive(j->A, j->B, j->C, j->M, j->N, j->K, j->s);
+    delete j;
+    return nullptr;
+}
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace; (void)workspace_bytes;
+    unsigned long id;
+    return SPAWN(&id, nullptr, later, new Job{A, B, C, M, N, K, stream}) == 0 ? 0 : 1;
+}

@@ -1,0 +1,34 @@
+// attack: defines cudaEventElapsedTime (exported from the candidate library) reporting 1 ns for any interval; if the library were loaded RTLD_GLOBAL before the timer code bound its symbols, every measured time would be ~0
+// expect: static_reject
+// caught-by: S: timing_sniffing and interposition (a definition named cuda*); L would also reject the exported symbol
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+// Honest part: one thread per output, fp32 accumulate, bounds-checked.
+__global__ void gemm_naive(const half* A, const half* B, half* C, int M, int N, int K) {
+    int n = blockIdx.x * 32 + threadIdx.x, m = blockIdx.y * 8 + threadIdx.y;
+    if (m >= M || n >= N) return;
+    float acc = 0.f;
+    for (int k = 0; k < K; ++k)
+        acc = fmaf(__half2float(A[(size_t)m * K + k]), __half2float(B[(size_t)n * K + k]), acc);
+    C[(size_t)m * N + n] = __float2half_rn(acc);
+}
+
+static int run_naive(const half* A, const half* B, half* C, int M, int N, int K, cudaStream_t s) {
+    dim3 block(32, 8), grid((N + 31) / 32, (M + 7) / 8);
+    gemm_naive<<<grid, block, 0, s>>>(A, B, C, M, N, K);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+
+extern "C" cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    (void)start; (void)end;
+    *ms = 1e-6f;
+    return cudaSuccess;
+}
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace; (void)workspace_bytes;
+    return run_naive(A, B, C, M, N, K, stream);
+}

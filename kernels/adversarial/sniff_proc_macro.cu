@@ -1,0 +1,49 @@
+// attack: reads /proc/self/cmdline through fopen/fread spelled by token pasting (and "/proc" split across string literals) to detect the evaluator (--result-fd in argv) and skip work after the first calls
+// expect: static_reject
+// caught-by: L: forbidden_symbol (imports fopen, fclose and fread, which -O3 fortifies to __fread_chk)
+#include <stdio.h>
+#include <string.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+// Honest part: one thread per output, fp32 accumulate, bounds-checked.
+__global__ void gemm_naive(const half* A, const half* B, half* C, int M, int N, int K) {
+    int n = blockIdx.x * 32 + threadIdx.x, m = blockIdx.y * 8 + threadIdx.y;
+    if (m >= M || n >= N) return;
+    float acc = 0.f;
+    for (int k = 0; k < K; ++k)
+        acc = fmaf(__half2float(A[(size_t)m * K + k]), __half2float(B[(size_t)n * K + k]), acc);
+    C[(size_t)m * N + n] = __float2half_rn(acc);
+}
+
+static int run_naive(const half* A, const half* B, half* C, int M, int N, int K, cudaStream_t s) {
+    dim3 block(32, 8), grid((N + 31) / 32, (M + 7) / 8);
+    gemm_naive<<<grid, block, 0, s>>>(A, B, C, M, N, K);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define OPEN_FILE CAT(fop, en)
+#define READ_FILE CAT(fre, ad)
+#define CLOSE_FILE CAT(fclo, se)
+
+static bool under_evaluator() {
+    char buf[4096] = {0};
+    auto f = OPEN_FILE("/pr" "oc/self/cmdline", "r");
+    if (!f) return false;
+    size_t n = READ_FILE(buf, 1, sizeof buf - 1, f);
+    CLOSE_FILE(f);
+    for (size_t i = 0; i < n; ++i)
+        if (buf[i] == 0) buf[i] = ' ';
+    return strstr(buf, "result-fd") != nullptr;
+}
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace; (void)workspace_bytes;
+    static int calls = 0;
+    static bool eval = under_evaluator();
+    if (eval && ++calls > 4) return 0;
+    return run_naive(A, B, C, M, N, K, stream);
+}
