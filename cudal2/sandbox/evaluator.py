@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +195,11 @@ def _absorb(run: HarnessRun, pending: list[Task], results: dict[Task, ShapeResul
         why = f"{run.forged_lines} line(s) without the run's nonce appeared on the harness's result channel"
         for t in pending:
             results[t] = ShapeResult(t, Status.REJECTED_BEHAVIOUR, why)
+        return []
+    reports = Counter((e["m"], e["n"], e["k"]) for e in run.task_events())
+    if any(n > 1 for n in reports.values()):  # the harness reports each task once; a second is forged
+        for t in pending:
+            results[t] = ShapeResult(t, Status.REJECTED_BEHAVIOUR, "two reports for one task on the result channel")
         return []
     notes = _sandbox_notes(run)
     fatal = [e for e in run.events if e.get("event") == "fatal"]

@@ -352,11 +352,13 @@ SOURCE_RULES: tuple[Rule, ...] = (
                 r"cuLaunch\w*",
                 r"cuGraph\w*",
             ),
-            r"\bcuda(?:Memcpy|Memcpy2D|Memcpy3D|MemcpyPeer|MemcpyToSymbol|MemcpyFromSymbol|Memset|Memset2D|Memset3D)"
-            r"\s*\(",
+            r"\bcuda(?:Memset|Memset2D|Memset3D)\s*\(",
+            r"\bcudaMemcpy\w*\s*\(",
         ),
         "All device work must be queued on the given stream with no allocation, synchronisation, private streams"
-        " or graphs (use the workspace and the *Async forms), so the harness's timing sees all of it.",
+        " or graphs (use the workspace and cudaMemsetAsync), so the harness's timing sees all of it; copies are"
+        " forbidden in every form because a copy to or from host memory lets the call wait on the GPU or reach"
+        " the harness's memory (pad with a kernel instead).",
     ),
     Rule(
         "l2_persistence",
@@ -699,8 +701,8 @@ SYMBOL_ALLOWLIST: tuple[tuple[str, str], ...] = (
         "read-only device and occupancy queries",
     ),
     (
-        r"cuda(?:Memset|Memset2D|Memcpy|Memcpy2D|MemcpyToSymbol)Async(?:_ptsz)?|cudaGetSymbolAddress",
-        "stream-ordered copies and fills on the caller's stream",
+        r"cuda(?:Memset|Memset2D)Async(?:_ptsz)?|cudaGetSymbolAddress",
+        "stream-ordered fills on the caller's stream (copies are not allowed: they can touch host memory)",
     ),
     (
         r"cuTensorMapEncodeTiled|cuTensorMapEncodeIm2col|cuGetErrorString|cuGetErrorName",

@@ -4,11 +4,14 @@ still evaluates correctly (faults are interleaved with a legit kernel)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator
 from cudal2.sandbox.runner import RunLimits
-from cudal2.sandbox.types import Status, Task
+from cudal2.sandbox.types import Mode, Status, Task
 from tests.sandbox.corpus import KERNELS, caught_at_compile_time, corpus, expected_status, ids
 
 pytestmark = pytest.mark.gpu
@@ -26,9 +29,25 @@ def evaluator(tmp_path_factory):
     return Evaluator(FAST)
 
 
+# (kernel, expected, got, reason) of every corpus run; written as a markdown table to $CUDAL2_CORPUS_TABLE.
+TABLE: list[tuple[str, str, str, str]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def corpus_table():
+    yield
+    target = os.environ.get("CUDAL2_CORPUS_TABLE")
+    if target and TABLE:
+        rows = ["| kernel | expected | got | reason |", "|---|---|---|---|"]
+        rows += [f"| {k} | {e} | {g} | {r.replace('|', '/')[:160]} |" for k, e, g, r in sorted(TABLE)]
+        Path(target).write_text("\n".join(rows) + "\n")
+
+
 @pytest.mark.parametrize("path", corpus("seed", "legit"), ids=ids(corpus("seed", "legit")))
 def test_legit_kernels_ok(evaluator, path):
     res = evaluator.evaluate(path.read_text(), SEED_SHAPES)
+    worst = next((s for s in res.shapes if s.status != Status.OK), res.shapes[0])
+    TABLE.append((f"{path.parent.name}/{path.stem}", "ok", worst.status.value, worst.reason))
     for s in res.shapes:
         assert s.status == Status.OK, f"{path.name} {s.task.mnk}: {s.status.value}: {s.reason}"
         assert s.timings["candidate"].median_us > 0
@@ -45,6 +64,7 @@ def test_bad_kernel_caught_then_next_candidate_ok(evaluator, path):
     want = expected_status(path)
     res = evaluator.evaluate(path.read_text(), [CHECK_SHAPE])
     got = res.shapes[0]
+    TABLE.append((f"{path.parent.name}/{path.stem}", want.value, got.status.value, got.reason))
     assert got.status == want, f"{path.name}: want {want.value}, got {got.status.value}: {got.reason}"
     assert got.reason, "a failure must say what was detected"
     after = evaluator.evaluate(LEGIT, [CHECK_SHAPE]).shapes[0]
@@ -60,6 +80,16 @@ def test_store_answers_repeat_without_rerun(tmp_path):
         second = ev.evaluate(LEGIT, [CHECK_SHAPE]).shapes[0]
         assert first.status == Status.OK
         assert second == first  # served from the store, identical figures
+
+
+def test_server_mode_reports_latency_percentiles():
+    opts = EvalOptions(fresh=True, mode=Mode.SERVER, target_qps=5000, target_ms=20, warmup_ms=2, min_reps=20,
+                       max_reps=40)
+    res = Evaluator(opts).evaluate((KERNELS / "seed" / "wmma.cu").read_text(), [Task(1024, 1024, 1024)]).shapes[0]
+    assert res.status == Status.OK, res.reason
+    cand = res.timings["candidate"]
+    assert cand.reps >= 20 and cand.p99_us >= cand.median_us > 0
+    assert res.speedup("cublas") > 0
 
 
 def test_baselines_alone():

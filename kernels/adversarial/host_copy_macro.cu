@@ -1,0 +1,26 @@
+// attack: (macro-hidden) copies C back to a host buffer with cudaMemcpyAsync(DeviceToHost): the call then waits on the GPU, and a
+//         captured graph would keep writing into host memory of the harness on every replay
+// expect: static_reject
+// caught-by: L: cudaMemcpyAsync is not allowlisted (the name is hidden from the source rules by token pasting)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define CAT(a, b) a##b
+#define CPY CAT(cudaMemcpy, Async)
+
+__global__ void naive(const half* A, const half* B, half* C, int M, int N, int K) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
+    if (n >= N || m >= M) return;
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s += __half2float(A[(size_t)m * K + k]) * __half2float(B[(size_t)n * K + k]);
+    C[(size_t)m * N + n] = __float2half_rn(s);
+}
+
+static half peek[64];
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace; (void)workspace_bytes;
+    naive<<<dim3((N + 127) / 128, M), 128, 0, stream>>>(A, B, C, M, N, K);
+    CPY(peek, C, sizeof peek, cudaMemcpyDeviceToHost, stream);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
