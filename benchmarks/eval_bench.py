@@ -114,7 +114,7 @@ def main() -> int:
         "baselines_vs_torch": baselines_vs_torch(),
     }
     Path(args.out).write_text(json.dumps(report, indent=1))
-    print("\n| size | shape | eval wall median (s), checks on | checks off | ratio | spread of 5 medians |")
+    print(f"\n| size | shape | eval wall median (s), checks on | checks off | ratio | spread of {args.reps} medians |")
     print("|---|---|---|---|---|---|")
     for name in SIZES:
         on, off = report["wall_with_checks"][name], report["wall_without_checks"][name]
