@@ -23,7 +23,7 @@ if [[ $what == smoke || $what == all ]]; then
     --db "$OUT/results.sqlite" 2>&1 | tee "$OUT/smoke.log" || rc=1
 fi
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -m gpu -q --timeout=300 tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+  CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" python3 -m pytest -m gpu -q --timeout=300 tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $what == bench || $what == all ]]; then

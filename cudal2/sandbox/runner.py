@@ -136,7 +136,8 @@ def _child_env(workdir: Path, gpu_index: int | None) -> dict[str, str]:
         "TMPDIR": str(workdir),
         "LANG": "C",
         "CUDA_CACHE_PATH": str(workdir / ".nv"),
-        "CUDA_MODULE_LOADING": "EAGER",  # module loading stays out of timed calls
+        # Module loading stays CUDA's default (lazy): kernels load on first use, which is in the checked calls
+        # and warm-up, never in a timed sample. EAGER would load every cuBLAS module at start-up.
     }
     if gpu_index is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
