@@ -33,7 +33,6 @@ from cudal2.sandbox.types import (
     Status,
     Task,
     Timing,
-    Violation,
 )
 
 # Plausibility gate: no HGEMM on any GPU we target runs faster than this (H200 dense fp16 is ~990 TFLOP/s by
@@ -64,6 +63,18 @@ class EvalOptions:
     cache_dir: Path | None = None  # compile cache; default under the user cache dir
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A candidate after the CPU stages. `final` is set when the outcome is decided without a GPU (static reject,
+    compile error, compile-only, no GPU); otherwise `compile.lib_path` is ready for the GPU stage."""
+
+    source: str
+    source_hash: str
+    tasks: tuple[Task, ...]
+    compile: CompileResult | None
+    final: EvalResult | None
+
+
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
@@ -90,23 +101,41 @@ class Evaluator:
 
     def evaluate(self, source: str, tasks: Sequence[Task]) -> EvalResult:
         """Never raises for a bad candidate: every failure is a status on each task's ShapeResult."""
-        src_hash = source_hash(source)
+        return self.run(self.prepare(source, tasks))
+
+    def prepare(self, source: str, tasks: Sequence[Task]) -> Prepared:
+        """The CPU stages: static rules, compile (cached), link check. Touches neither the GPU nor the store, so
+        a pool can run many at once ahead of the GPU stage."""
+        src_hash, tasks = source_hash(source), tuple(tasks)
+
+        def final(comp, status, reason, violations=()):
+            shapes = tuple(ShapeResult(t, status, reason) for t in tasks)
+            res = EvalResult(src_hash, self.gpu_label, EVALUATOR_VERSION, comp, shapes, tuple(violations))
+            return Prepared(source, src_hash, tasks, comp, res)
+
         violations = static_check.check_source(source)
         if violations:
-            return self._uniform(src_hash, tasks, None, Status.STATIC_REJECT, str(violations[0]), violations)
+            return final(None, Status.STATIC_REJECT, str(violations[0]), violations)
         comp = compiler.compile_source(source, self.arch, self.cache_dir, timeout_s=self.options.compile_timeout_s)
         if comp.status != Status.COMPILED:
-            return self._uniform(src_hash, tasks, comp, comp.status, comp.reason)
+            return final(comp, comp.status, comp.reason)
         link = [v for v in static_check.check_library(comp.lib_path) if v.rule != "link_check_unavailable"]
         if link:
-            return self._uniform(src_hash, tasks, comp, Status.STATIC_REJECT, str(link[0]), tuple(link))
+            return final(comp, Status.STATIC_REJECT, str(link[0]), link)
         if self.options.compile_only:
             why = f"compiled for {self.arch} in {comp.seconds:.1f} s{' (cached)' if comp.cached else ''}; not run"
-            return self._uniform(src_hash, tasks, comp, Status.COMPILED, why)
+            return final(comp, Status.COMPILED, why)
         if self.gpu is None:
-            return self._uniform(src_hash, tasks, comp, Status.NO_GPU, "no CUDA GPU visible: use --compile-only")
-        shapes = self._run(source, src_hash, comp, tasks)
-        return EvalResult(src_hash, self.gpu_label, EVALUATOR_VERSION, comp, tuple(shapes))
+            return final(comp, Status.NO_GPU, "no CUDA GPU visible: use --compile-only")
+        return Prepared(source, src_hash, tasks, comp, None)
+
+    def run(self, prepared: Prepared) -> EvalResult:
+        """The GPU stage (store lookup, harness, store) for a runnable candidate; a final one is only recorded."""
+        if prepared.final is not None:
+            self._record(prepared.final)
+            return prepared.final
+        shapes = self._run(prepared.source, prepared.source_hash, prepared.compile, prepared.tasks)
+        return EvalResult(prepared.source_hash, self.gpu_label, EVALUATOR_VERSION, prepared.compile, tuple(shapes))
 
     def baselines(self, tasks: Sequence[Task]) -> list[ShapeResult]:
         """cuBLAS / cuBLASLt timings alone (no candidate)."""
@@ -115,13 +144,14 @@ class Evaluator:
         return self._run_harness_tasks("-", list(tasks))
 
     # ---------------------------------------------------------------------------------------------- internals
-    def _uniform(self, src_hash, tasks, comp: CompileResult | None, status: Status, reason: str,
-                 violations: Sequence[Violation] = ()) -> EvalResult:
-        shapes = tuple(ShapeResult(t, status, reason) for t in tasks)
-        if self.store is not None and status not in (Status.COMPILED, Status.INTERNAL_ERROR, Status.NO_GPU):
-            for s in shapes:
-                self.store.put_result(src_hash, self.gpu_label, self.options.mode, s)
-        return EvalResult(src_hash, self.gpu_label, EVALUATOR_VERSION, comp, shapes, tuple(violations))
+    def _record(self, res: EvalResult) -> None:
+        """Persist statuses decided before running (rejections, compile errors); not compile-only or no-GPU
+        answers, which say nothing about the candidate on a GPU."""
+        if self.store is None:
+            return
+        for s in res.shapes:
+            if s.status not in (Status.COMPILED, Status.INTERNAL_ERROR, Status.NO_GPU):
+                self.store.put_result(res.source_hash, self.gpu_label, self.options.mode, s)
 
     def _run(self, source: str, src_hash: str, comp: CompileResult, tasks: Sequence[Task]) -> list[ShapeResult]:
         known: dict[Task, ShapeResult] = {}
