@@ -105,7 +105,7 @@ class Evaluator:
 
     def prepare(self, source: str, tasks: Sequence[Task]) -> Prepared:
         """The CPU stages: static rules, compile (cached), link check. Touches neither the GPU nor the store, so
-        a pool can run many at once ahead of the GPU stage."""
+        a pool can run many at once ahead of the GPU stage, also on machines without a GPU (for `self.arch`)."""
         src_hash, tasks = source_hash(source), tuple(tasks)
 
         def final(comp, status, reason, violations=()):
@@ -125,8 +125,6 @@ class Evaluator:
         if self.options.compile_only:
             why = f"compiled for {self.arch} in {comp.seconds:.1f} s{' (cached)' if comp.cached else ''}; not run"
             return final(comp, Status.COMPILED, why)
-        if self.gpu is None:
-            return final(comp, Status.NO_GPU, "no CUDA GPU visible: use --compile-only")
         return Prepared(source, src_hash, tasks, comp, None)
 
     def run(self, prepared: Prepared) -> EvalResult:
@@ -134,6 +132,10 @@ class Evaluator:
         if prepared.final is not None:
             self._record(prepared.final)
             return prepared.final
+        if self.gpu is None:
+            shapes = tuple(ShapeResult(t, Status.NO_GPU, "no CUDA GPU visible: use --compile-only")
+                           for t in prepared.tasks)
+            return EvalResult(prepared.source_hash, self.gpu_label, EVALUATOR_VERSION, prepared.compile, shapes)
         shapes = self._run(prepared.source, prepared.source_hash, prepared.compile, prepared.tasks)
         return EvalResult(prepared.source_hash, self.gpu_label, EVALUATOR_VERSION, prepared.compile, tuple(shapes))
 
