@@ -60,3 +60,14 @@ def detect_gpu(index: int = 0) -> GpuInfo | None:
     except ValueError:
         memory = 0
     return GpuInfo(index=index, name=name, compute_capability=cc, memory_mib=memory)
+
+
+def visible_gpus() -> list[GpuInfo]:
+    """Every GPU nvidia-smi lists (respecting CUDAL2_NO_GPU), in index order."""
+    gpus = []
+    for index in range(64):
+        gpu = detect_gpu(index)
+        if gpu is None:
+            break
+        gpus.append(gpu)
+    return gpus
