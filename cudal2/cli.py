@@ -54,7 +54,52 @@ def build_parser() -> argparse.ArgumentParser:
     bl = sub.add_parser("baseline", help="time cuBLAS / cuBLASLt alone")
     _add_task_args(bl)
     bl.set_defaults(func=cmd_baseline)
+    _add_pool_parser(sub)
     return parser
+
+
+def _add_pool_parser(sub) -> None:
+    from cudal2.sandbox.pool.server import default_state_file
+
+    pool = sub.add_parser("pool", help="a long-lived sandbox pool shared by several processes")
+    psub = pool.add_subparsers(dest="pool_command", required=True)
+    start = psub.add_parser("start", help="start a pool server on loopback (in the background)")
+    start.add_argument("--backend", default="local", choices=["local", "ray"])
+    start.add_argument("--gpus", default=None, help="comma-separated GPU indices (default: all visible)")
+    start.add_argument("--port", type=int, default=0, help="loopback port (default: any free one)")
+    start.add_argument("--ray-address", default=None)
+    start.add_argument("--db", default=None, help="result store path")
+    start.add_argument("--foreground", action="store_true", help="serve in this process until stopped")
+    start.add_argument("--runner", default=None, help=argparse.SUPPRESS)
+    for p in (start, psub.add_parser("stats", help="print the pool's queue, throughput and GPU use"),
+              psub.add_parser("stop", help="finish accepted jobs and stop the pool server")):
+        p.add_argument("--state-file", default=str(default_state_file()), help="where the server's address is kept")
+    pool.set_defaults(func=cmd_pool)
+
+
+def cmd_pool(args) -> int:
+    from cudal2.sandbox.pool import server
+
+    state = Path(args.state_file)
+    try:
+        if args.pool_command == "start":
+            forwarded = [f"--{k}={v}" for k, v in (("backend", args.backend), ("gpus", args.gpus),
+                                                   ("port", args.port), ("ray-address", args.ray_address),
+                                                   ("db", args.db), ("runner", args.runner)) if v is not None]
+            if args.foreground:
+                return server.main([*forwarded, f"--state-file={state}"])
+            pid = server.start_background(forwarded, state)
+            print(f"pool server started (pid {pid}); address in {state}")
+            return EXIT_OK
+        client = server.PoolClient(state)
+        if args.pool_command == "stats":
+            print(client.stats().render())
+        else:
+            client.stop()
+            print("pool server stopping after its accepted jobs")
+        return EXIT_OK
+    except server.PoolNotRunning as e:
+        raise UsageError(str(e)) from None
 
 
 def _tasks(args) -> list[Task]:
