@@ -28,5 +28,6 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/eval_bench.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || rc=1
+  python3 benchmarks/pool_gpu.py 2>&1 | tee "$OUT/pool_gpu.log" || rc=1
 fi
 exit $rc
