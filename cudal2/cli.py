@@ -55,7 +55,65 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(bl)
     bl.set_defaults(func=cmd_baseline)
     _add_pool_parser(sub)
+    _add_sample_parser(sub)
     return parser
+
+
+def _add_sample_parser(sub) -> None:
+    sp = sub.add_parser("sample", help="sample kernels for a shape from a policy, evaluate them, keep the best")
+    sp.add_argument("--mnk", required=True, help="shape M_N_K")
+    sp.add_argument("--acc", default="fp32", choices=[a.value for a in Acc])
+    sp.add_argument("--n", type=int, default=16, help="samples (first turn)")
+    sp.add_argument("--model", default="tiny-local", help="hub name or local path of a causal LM, or tiny-local")
+    sp.add_argument("--turns", type=int, default=1, help="refinement turns: feedback from each evaluation, then retry")
+    sp.add_argument("--temperature", type=float, default=0.8)
+    sp.add_argument("--max-new-tokens", type=int, default=2048)
+    sp.add_argument("--batch", type=int, default=8, help="samples generated at once")
+    sp.add_argument("--pool", default=None, help="state file of a running `cudal2 pool start` server")
+    sp.add_argument("--gpus", default=None, help="GPUs for a private pool, comma-separated (default: all)")
+    sp.add_argument("--compile-only", action="store_true", help="no GPU: reward compile success only")
+    sp.add_argument("--db", default=None, help="result store path")
+    sp.add_argument("--out", default="best.cu", help="where the best kernel is written")
+    sp.set_defaults(func=cmd_sample)
+
+
+def cmd_sample(args) -> int:
+    from cudal2.policy.config import PolicyConfig
+    from cudal2.policy.model import PolicyLoadError
+    from cudal2.policy.sample import Sampler, progress_printer, report, write_best
+    from cudal2.sandbox.pool import PoolConfig, SandboxPool
+    from cudal2.sandbox.pool.server import PoolClient, PoolNotRunning
+
+    task = _tasks(argparse.Namespace(mnk=[args.mnk], acc=args.acc))[0]
+    if args.n < 1 or args.turns < 1 or args.batch < 1:
+        raise UsageError("--n, --turns and --batch must be >= 1")
+    if not args.compile_only and args.pool is None and detect_gpu() is None:
+        raise UsageError("no CUDA GPU visible on this machine: use --compile-only or --pool")
+    try:
+        cfg = PolicyConfig(model=args.model, max_completion_tokens=args.max_new_tokens)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        if args.pool:
+            pool = PoolClient(Path(args.pool))
+        else:
+            gpus = tuple(int(g) for g in args.gpus.split(",")) if args.gpus else None
+            pool = SandboxPool(PoolConfig(gpus=() if args.compile_only else gpus, db_path=args.db,
+                                          eval=EvalOptions(compile_only=args.compile_only)))
+        sampler = Sampler(cfg, pool, args.temperature, args.batch)
+    except (PolicyLoadError, PoolNotRunning) as e:
+        raise UsageError(str(e)) from None
+    try:
+        with _open_store(args.db) as store:
+            gpu = detect_gpu()
+            samples = sampler.run(task, args.n, args.turns, store, gpu.label if gpu else "none",
+                                  progress_printer(args.n * args.turns))
+    finally:
+        (getattr(pool, "shutdown", None) or pool.close)()
+    print(report(samples))
+    if write_best(samples, Path(args.out)):
+        print(f"best kernel written to {args.out}")
+    return EXIT_OK if samples and samples[0].status in ("ok", "compiled") else EXIT_FAILED
 
 
 def _add_pool_parser(sub) -> None:

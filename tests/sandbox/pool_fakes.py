@@ -14,6 +14,7 @@ import os
 import re
 import time
 
+from cudal2.policy.warm import COMPACT_KERNEL
 from cudal2.sandbox.types import EVALUATOR_VERSION, EvalResult, ShapeResult, Status
 
 _MARK = re.compile(r"//\s*fake:\s*(\w+)\s*([\d.]*)")
@@ -46,25 +47,6 @@ def fake_runner(options, gpu_index: int, db_path) -> FakeGpuRunner:
     return FakeGpuRunner(options, gpu_index, db_path)
 
 
-KERNEL = """#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-// variant {variant}
-{marker}
-__global__ void k(const half* A, const half* B, half* C, int M, int N, int K) {{
-  int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
-  if (m >= M || n >= N) return;
-  float s = 0.f;
-  for (int i = 0; i < K; ++i) s += __half2float(A[(size_t)m * K + i]) * __half2float(B[(size_t)n * K + i]);
-  C[(size_t)m * N + n] = __float2half_rn(s);
-}}
-extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* w, size_t wb,
-                            cudaStream_t stream) {{
-  k<<<dim3((N + 127) / 128, M), 128, 0, stream>>>(A, B, C, M, N, K);
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
-}}
-"""
-
-
 def kernel(variant: int | str, marker: str = "") -> str:
     """A small valid candidate; `variant` makes distinct sources, `marker` adds a `// fake:` directive."""
-    return KERNEL.format(variant=variant, marker=marker)
+    return f"// variant {variant}\n{marker}\n{COMPACT_KERNEL}"
