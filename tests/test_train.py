@@ -1,0 +1,67 @@
+"""train.py on the CPU: a 2-step GRPO run with the tiny local policy and the real nvcc compile-only reward; resume;
+bad configs. (The GPU run with the full reward is made on the device, not here.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+import train  # noqa: E402
+from tests.sandbox.corpus import ROOT  # noqa: E402
+
+pytestmark = pytest.mark.nvcc
+CONFIG = str(ROOT / "configs" / "smoke_cpu.yaml")
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tiny") / "policy")
+
+
+def run(tmp_path, tiny_path, *extra) -> int:
+    return train.main(["--config", CONFIG, "--tiny_path", tiny_path, "--output_dir", str(tmp_path / "out"),
+                       "--db", str(tmp_path / "r.sqlite"), "--report_to", "none", *extra])
+
+
+def weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_two_grpo_steps_change_parameters_and_log_reward_terms(tmp_path, tiny_path):
+    from pathlib import Path
+
+    assert run(tmp_path, tiny_path) == 0
+    before, after = weights(Path(tiny_path)), weights(tmp_path / "out")
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, "GRPO updated no parameter"
+    state = json.loads((tmp_path / "out" / "checkpoint-2" / "trainer_state.json").read_text())
+    logs = [h for h in state["log_history"] if "reward" in h]
+    assert len(logs) == 2
+    for key in ("reward/status", "reward/ptxas", "status/compiled", "status/format_error", "reward_std"):
+        assert all(key in h for h in logs), key
+    assert sum(h["status/compiled"] + h["status/compile_error"] + h["status/format_error"] for h in logs) == 16
+
+
+def test_resume_continues_from_the_last_checkpoint(tmp_path, tiny_path):
+    assert run(tmp_path, tiny_path) == 0
+    assert run(tmp_path, tiny_path, "--resume", "true", "--max_steps", "3", "--save_steps", "3") == 0
+    state = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert len([h for h in state["log_history"] if "reward" in h]) == 3  # 2 restored + 1 new
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--shapes", "/no/such.csv"], "cannot read"),
+    (["--model", "/no/such/model"], "/no/such/model"),
+    (["--speed_form", "cubic"], "speed_form"),
+])
+def test_bad_input_is_one_line_error(tmp_path, tiny_path, capsys, extra, message):
+    assert run(tmp_path, tiny_path, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
