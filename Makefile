@@ -4,13 +4,19 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.cudal2-installed
+# A GPU machine keeps its own CUDA build of torch (the venv sees the system packages); a CPU machine takes the
+# CPU wheel first, so that nothing pulls a multi-GB CUDA build.
+HAVE_GPU   := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo yes)
+VENV_FLAGS := $(if $(HAVE_GPU),--system-site-packages,)
+TORCH      := $(if $(HAVE_GPU),,torch==2.13.0)
 
 .PHONY: install test demo lint gpu-check clean
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(if $(TORCH),$(PY) -m pip install -q $(TORCH))
+	$(PY) -m pip install -q -e '.[dev,train,ray]'
 	# CUTLASS/CuTe headers only: the package's Python dependencies are not needed.
 	$(PY) -m pip install -q --no-deps 'nvidia-cutlass==4.2.0.0'
 	touch $(STAMP)

@@ -1,8 +1,9 @@
-"""`make demo`: the main job on the embedded default.
+"""`make demo`: the main job on the embedded default, a GRPO run.
 
-Until the trainer lands, the main job is the evaluator on the seed kernels (kernels/seed/*.cu) over a few shapes:
-a full evaluation (correctness, timing, speedups vs cuBLAS) where a GPU is visible, compile-only (static checks,
-nvcc, link check, ptxas figures) with a clear note where none is.
+Without a GPU: configs/smoke_cpu.yaml (a tiny policy built locally, warm-started, compile-only reward: static rules,
+nvcc, link check, ptxas figures), then the evaluator on the seed kernels, compile-only. With a GPU:
+configs/gpu_small.yaml (a small code model with the full reward; the model must be in the local Hugging Face cache or
+given as a local path with --model), then the seed kernels fully evaluated against cuBLAS.
 """
 
 from __future__ import annotations
@@ -18,18 +19,20 @@ SHAPES = ("128_128_128", "1024_1024_1024", "4096_4096_4096")
 
 
 def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    import train
+
+    gpu = detect_gpu()
+    config = ROOT / "configs" / ("gpu_small.yaml" if gpu else "smoke_cpu.yaml")
+    if gpu is None:
+        print("demo: no CUDA GPU on this machine: GRPO with the tiny local policy and the compile-only reward "
+              f"({config.name}); on a GPU machine the same command trains a small model with the full reward.\n")
+    code = train.main(["--config", str(config)])
+    if code != 0:
+        return code
     seeds = sorted(str(p) for p in (ROOT / "kernels" / "seed").glob("*.cu"))
-    if not seeds:
-        print("demo: no seed kernels under kernels/seed/", file=sys.stderr)
-        return 2
-    argv = ["eval", *seeds]
-    for s in SHAPES:
-        argv += ["--mnk", s]
-    if detect_gpu() is None:
-        print("demo: no CUDA GPU on this machine, so the seed kernels are checked and compiled only "
-              "(static rules, nvcc for sm_90a, link check, ptxas figures). On a GPU machine the same command "
-              "verifies and times them against cuBLAS.\n")
-        argv.append("--compile-only")
+    argv = ["eval", *seeds] + [a for s in SHAPES for a in ("--mnk", s)] + ([] if gpu else ["--compile-only"])
+    print("\ndemo: the seed kernels through the evaluator" + ("" if gpu else " (compile-only)"))
     return cli.main(argv)
 
 
