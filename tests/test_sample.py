@@ -14,9 +14,9 @@ pytestmark = pytest.mark.nvcc
 def test_sample_compile_only_writes_best(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     from cudal2.policy.config import PolicyConfig
-    from cudal2.policy.warm import ensure_warm
     from cudal2.policy.model import build_tiny_policy, load_tokenizer
     from cudal2.policy.prompt import build_messages
+    from cudal2.policy.warm import ensure_warm
     from cudal2.sandbox.types import Task
 
     # The default tiny policy directory, warm-started as train.py would do it.

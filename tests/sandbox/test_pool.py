@@ -116,6 +116,13 @@ def test_backpressure_blocks_submit(build_dir, fake_log):
             pool.submit(kernel("bp3"), TASKS, timeout=0.3)
 
 
+def test_more_jobs_than_max_pending_all_answered(build_dir, fake_log):
+    # submit() without a timeout blocks until a job finishes, then goes on: nothing is refused or lost
+    with SandboxPool(config(build_dir, gpus=(0,), max_pending=2), FAKE) as pool:
+        results = pool.map([kernel(f"many{i}") for i in range(5)], TASKS)
+    assert [r.shapes[0].status for r in results] == [Status.OK] * 5
+
+
 def test_callers_are_served_round_robin(build_dir, fake_log):
     with SandboxPool(config(build_dir, gpus=(0,), compile_workers=1, gpu_queue=1), FAKE) as pool:
         many = [pool.submit(kernel(f"a{i}", "// fake: sleep 0.2"), TASKS, "trainer") for i in range(6)]

@@ -111,7 +111,7 @@ class SandboxPool:
                 follower: Future = Future()
                 self._inflight[key].followers.append(follower)
                 return follower
-        if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
+        if not self._slots.acquire(timeout=timeout):  # None: block until a job finishes
             raise TimeoutError(f"pool full: {self.config.max_pending} jobs pending")
         job = _Job(next(self._ids), caller, source, tasks, key, Future(), time.monotonic())
         with self._cv:
