@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -132,13 +133,27 @@ def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> 
         dataset = build_dataset(rows, build_prompts(rows, tokenizer, policy_cfg, store, gpu_label))
     pool = make_pool(pool_args)
     reward = make_reward_function(pool, reward_cfg, extract_for_reward)
+    callbacks = []
+    if pool_args.heldout_every > 0:
+        from cudal2.policy.heldout import HeldOutEval
+
+        held = load_shapes(data.shapes, data.eval_split)[: data.max_eval_shapes]
+        with ResultStore(pool_args.db or None) as store:
+            held_prompts = build_prompts(held, tokenizer, policy_cfg, store, gpu_label)
+        callbacks.append(HeldOutEval([r.task for r in held], held_prompts, pool, pool_args.heldout_samples,
+                                     pool_args.heldout_every, grpo.temperature, policy_cfg.max_completion_tokens))
     grpo.max_completion_length = policy_cfg.max_completion_tokens  # one knob: the policy config's
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora_config(policy_cfg))
+                          processing_class=tokenizer, peft_config=lora_config(policy_cfg), callbacks=callbacks)
+    for cb in callbacks:
+        cb.trainer = trainer
     resume = get_last_checkpoint(grpo.output_dir) if pool_args.resume and Path(grpo.output_dir).is_dir() else None
     try:
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(grpo.output_dir)
+        # The run's log in one file (what `cudal2 ablate` compares; tensorboard has the same figures).
+        (Path(grpo.output_dir) / "cudal2_run.json").write_text(json.dumps(
+            {"metrics": result.metrics, "log_history": trainer.state.log_history}, indent=1))
     finally:
         shutdown = getattr(pool, "shutdown", None) or pool.close
         shutdown()

@@ -56,7 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     bl.set_defaults(func=cmd_baseline)
     _add_pool_parser(sub)
     _add_sample_parser(sub)
+    ab = sub.add_parser("ablate", help="the same training with reward terms switched off, compared in a table")
+    ab.add_argument("--config", required=True, help="training YAML (as for train.py)")
+    ab.add_argument("--drop", action="append", default=[], help="a reward term to switch off (repeatable): "
+                    "speed, accuracy, length, status, ptxas")
+    ab.add_argument("--out", default="runs/ablate", help="one output dir per run is made under this")
+    ab.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: more train.py arguments for every run")
+    ab.set_defaults(func=cmd_ablate)
     return parser
+
+
+def cmd_ablate(args) -> int:
+    from cudal2 import ablate
+    from cudal2.reward.config import TERMS
+
+    if not Path(args.config).is_file():
+        raise UsageError(f"{args.config}: no such config file")
+    bad = [d for d in args.drop if d not in TERMS]
+    if bad or not args.drop:
+        raise UsageError(f"--drop takes reward terms ({', '.join(TERMS)}), at least one; got {bad or 'none'}")
+    extra = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    rows = ablate.run(args.config, args.drop, Path(args.out), extra)
+    print(ablate.table(rows))
+    return EXIT_OK if all(r.exit_code == 0 for r in rows) else EXIT_FAILED
 
 
 def _add_sample_parser(sub) -> None:

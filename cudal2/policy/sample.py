@@ -58,6 +58,23 @@ def _feedback(s: Sample) -> str:
     return f"Evaluation: {shape.status.value}: {shape.reason}. ptxas: {ptxas or 'n/a'}. Fix it; answer with the complete file."
 
 
+def generate(model, tokenizer, messages_list: list[list[dict]], temperature: float, max_new_tokens: int) -> list[str]:
+    """One sampled completion per chat prompt (left-padded batch), tokenized as TRL does for generation."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    if tokenizer.chat_template:
+        enc = tokenizer.apply_chat_template(messages_list, add_generation_prompt=True, tokenize=True, padding=True,
+                                            return_dict=True, return_tensors="pt")
+    else:
+        enc = tokenizer([render_prompt(m, tokenizer) for m in messages_list], return_tensors="pt", padding=True)
+    enc = enc.to(model.device)
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=True, temperature=temperature, max_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
 class Sampler:
     def __init__(self, cfg: PolicyConfig, pool, temperature: float = 0.8, batch: int = 8):
         from cudal2.policy.model import load_policy
@@ -66,20 +83,7 @@ class Sampler:
         self.model, self.tokenizer = load_policy(cfg, apply_lora=False)
 
     def generate(self, messages_list: list[list[dict]]) -> list[str]:
-        import torch
-
-        prompts = [render_prompt(m, self.tokenizer) for m in messages_list]
-        self.tokenizer.padding_side = "left"
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.model.device)
-        with torch.no_grad():
-            out = self.model.generate(
-                **enc,
-                do_sample=True,
-                temperature=self.temperature,
-                max_new_tokens=self.cfg.max_completion_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-        return self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        return generate(self.model, self.tokenizer, messages_list, self.temperature, self.cfg.max_completion_tokens)
 
     def _evaluate(self, completions: list[str], task: Task, turn: int, progress) -> list[Sample]:
         extracted = [extract_source(c) for c in completions]
