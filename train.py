@@ -143,8 +143,14 @@ def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> 
         callbacks.append(HeldOutEval([r.task for r in held], held_prompts, pool, pool_args.heldout_samples,
                                      pool_args.heldout_every, grpo.temperature, policy_cfg.max_completion_tokens))
     grpo.max_completion_length = policy_cfg.max_completion_tokens  # one knob: the policy config's
+    rollout = None
+    if policy_cfg.turns > 1:
+        from cudal2.policy.multiturn import make_rollout
+
+        rollout = make_rollout(pool, policy_cfg.turns, grpo.temperature, policy_cfg.max_completion_tokens)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora_config(policy_cfg), callbacks=callbacks)
+                          processing_class=tokenizer, peft_config=lora_config(policy_cfg), callbacks=callbacks,
+                          rollout_func=rollout)
     for cb in callbacks:
         cb.trainer = trainer
     resume = get_last_checkpoint(grpo.output_dir) if pool_args.resume and Path(grpo.output_dir).is_dir() else None

@@ -57,6 +57,11 @@ class PolicyConfig:
     n_examples: int = field(
         default=2, metadata={"help": "Retrieved kernels (best known, nearest shapes) shown in the prompt (>= 0)."}
     )
+    turns: int = field(
+        default=1,
+        metadata={"help": "Answers per prompt in training: after each, the evaluation's feedback is a user turn and the "
+                          "policy answers again (TRL rollout_func; feedback tokens are masked out of the loss)."},
+    )
     gpu_name: str = field(
         default="NVIDIA H200", metadata={"help": "Target GPU named in the prompt, e.g. 'NVIDIA H200'."}
     )
@@ -104,6 +109,7 @@ class PolicyConfig:
             f"max_completion_tokens={self.max_completion_tokens!r} must be an integer > 0",
         )
         check(_is_int(self.n_examples) and self.n_examples >= 0, f"n_examples={self.n_examples!r} must be >= 0")
+        check(_is_int(self.turns) and self.turns >= 1, f"turns={self.turns!r} must be an integer >= 1")
         check(isinstance(self.gpu_name, str) and bool(self.gpu_name.strip()), "gpu_name must be a non-empty string")
 
     @property

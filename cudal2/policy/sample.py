@@ -40,19 +40,21 @@ def _rank(s: Sample) -> tuple:
     return ({"ok": 0, "compiled": 1}.get(s.status, 2), -(s.speedup or 0.0))
 
 
-def _feedback(s: Sample) -> str:
-    """What the model is told after an attempt (multi-turn refinement)."""
-    if s.result is None:
-        return f"Your answer had no usable code: {s.reason}. Answer with one ```cuda block holding the whole file."
-    shape = s.result.shapes[0]
-    kernels = s.result.compile.kernels if s.result.compile else ()
+def feedback(result: EvalResult | None, reason: str) -> str:
+    """What the model is told after an attempt (multi-turn refinement, in sampling and in training): the failure
+    reason, or the measured speedup, with the ptxas figures."""
+    if result is None:
+        return f"Your answer had no usable code: {reason}. Answer with one ```cuda block holding the whole file."
+    shape = result.shapes[0]
+    kernels = result.compile.kernels if result.compile else ()
     ptxas = "; ".join(
         f"{k.name[:60]}: {k.registers} regs, {k.smem_bytes} B smem, {k.spill_store_bytes + k.spill_load_bytes} B spills"
         for k in kernels
     )
     if shape.status.value == "ok":
+        speed = f"{shape.speedup('cublas'):.3f}x" if shape.speedup("cublas") else "not measured"
         return (
-            f"Correct. Speedup vs cuBLAS: {shape.speedup('cublas'):.3f}x. ptxas: {ptxas or 'n/a'}. "
+            f"Correct. Speedup vs cuBLAS: {speed}. ptxas: {ptxas or 'n/a'}. "
             "Make it faster; answer with the complete file."
         )
     return f"Evaluation: {shape.status.value}: {shape.reason}. ptxas: {ptxas or 'n/a'}. Fix it; answer with the complete file."
@@ -104,7 +106,7 @@ class Sampler:
         last = samples
         for turn in range(2, turns + 1):  # refine each attempt of the previous turn once
             convs = [
-                base + [{"role": "assistant", "content": s.completion}, {"role": "user", "content": _feedback(s)}]
+                base + [{"role": "assistant", "content": s.completion}, {"role": "user", "content": feedback(s.result, s.reason)}]
                 for s in last
             ]
             last = []
