@@ -210,7 +210,7 @@ def measure(command: list[str], tasks: list[Task], spec: Callable[[list[Task]], 
     algos: dict[Task, tuple[str, float]] = {}
     pending = list(tasks)
     while pending:
-        run = run_harness(command, spec(pending), gpu_index=gpu_index, limits=limits, n_tasks=len(pending))
+        run = run_harness(command, spec(pending), gpu_index=gpu_index, limits=limits)
         rest = _absorb(run, pending, results, algos)
         if len(rest) == len(pending):  # no progress: never loop on a harness that dies the same way
             status, why = _death(run)

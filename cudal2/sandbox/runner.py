@@ -158,7 +158,6 @@ def run_harness(
     *,
     gpu_index: int | None,
     limits: RunLimits,
-    n_tasks: int,
 ) -> HarnessRun:
     """Run `command + [--result-fd N]` with `spec_lines` (plus nonce and sandbox dir) on stdin.
 
@@ -184,7 +183,7 @@ def run_harness(
         )
         os.close(write_fd)
         write_fd = -1
-        return _supervise(proc, spec, read_fd, nonce, limits, n_tasks, t0)
+        return _supervise(proc, spec, read_fd, nonce, limits, t0)
     finally:
         if write_fd >= 0:
             os.close(write_fd)
@@ -192,7 +191,7 @@ def run_harness(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _supervise(proc, spec: str, read_fd: int, nonce: str, limits: RunLimits, n_tasks: int, t0: float) -> HarnessRun:
+def _supervise(proc, spec: str, read_fd: int, nonce: str, limits: RunLimits, t0: float) -> HarnessRun:
     out, err = CappedBuffer(limits.max_output_bytes), CappedBuffer(limits.max_output_bytes)
     threads = [threading.Thread(target=_drain, args=(s, b), daemon=True) for s, b in ((proc.stdout, out), (proc.stderr, err))]
     for t in threads:

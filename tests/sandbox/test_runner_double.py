@@ -75,7 +75,7 @@ def evaluate(harness, lib, tasks=TASKS, limits=LIMITS):
 
 
 def sandbox_layers(harness, lib) -> dict[str, str]:
-    run = run_harness([harness, lib], spec(TASKS[:1]), gpu_index=None, limits=LIMITS, n_tasks=1)
+    run = run_harness([harness, lib], spec(TASKS[:1]), gpu_index=None, limits=LIMITS)
     start = next(e for e in run.events if e.get("event") == "start")
     return start["sandbox"]
 
@@ -141,7 +141,7 @@ def test_forged_stdout_is_never_parsed(harness, build):
 def test_output_flood_is_capped(harness, build):
     lib = build("for (int i = 0; i < 200000; ++i) puts(\"flood flood flood flood flood flood flood\");"
                 "honest(A, B, C, M, N, K); return 0;")
-    run = run_harness([harness, lib], spec(TASKS[:1]), gpu_index=None, limits=LIMITS, n_tasks=1)
+    run = run_harness([harness, lib], spec(TASKS[:1]), gpu_index=None, limits=LIMITS)
     assert run.done
     assert len(run.stdout) < 2 * LIMITS.max_output_bytes
     assert "bytes dropped" in run.stdout
