@@ -37,9 +37,7 @@
 #include <cstring>
 #include <functional>
 #include <tuple>
-#include <iostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
