@@ -112,12 +112,7 @@ def parse(argv: list[str]):
 
 def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> dict:
     """Run GRPO; returns the final metrics. Raises the one-line errors main() prints."""
-    from transformers.trainer_utils import get_last_checkpoint
-    from trl import GRPOTrainer
-
-    from cudal2.policy.extract import extract_for_reward
-    from cudal2.policy.model import load_policy, lora_config
-    from cudal2.reward.trl_adapter import make_reward_function
+    from cudal2.policy.model import load_policy
     from cudal2.sandbox.store import ResultStore
 
     rows = load_shapes(data.shapes, data.train_split)
@@ -132,6 +127,24 @@ def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> 
         model, tokenizer = load_policy(policy_cfg, apply_lora=False)  # TRL applies LoRA through peft_config
         dataset = build_dataset(rows, build_prompts(rows, tokenizer, policy_cfg, store, gpu_label))
     pool = make_pool(pool_args)
+    try:
+        return _train_with_pool(pool, data, pool_args, policy_cfg, reward_cfg, grpo, model, tokenizer, dataset,
+                                gpu_label)
+    finally:
+        pool.shutdown()
+
+
+def _train_with_pool(pool, data, pool_args, policy_cfg, reward_cfg, grpo, model, tokenizer, dataset,
+                     gpu_label: str) -> dict:
+    """The trainer around a running pool (the caller shuts the pool down whatever happens)."""
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOTrainer
+
+    from cudal2.policy.extract import extract_for_reward
+    from cudal2.policy.model import lora_config
+    from cudal2.reward.trl_adapter import make_reward_function
+    from cudal2.sandbox.store import ResultStore
+
     reward = make_reward_function(pool, reward_cfg, extract_for_reward)
     callbacks = []
     if pool_args.heldout_every > 0:
@@ -154,15 +167,11 @@ def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> 
     for cb in callbacks:
         cb.trainer = trainer
     resume = get_last_checkpoint(grpo.output_dir) if pool_args.resume and Path(grpo.output_dir).is_dir() else None
-    try:
-        result = trainer.train(resume_from_checkpoint=resume)
-        trainer.save_model(grpo.output_dir)
-        # The run's log in one file (what `cudal2 ablate` compares; tensorboard has the same figures).
-        (Path(grpo.output_dir) / "cudal2_run.json").write_text(json.dumps(
-            {"metrics": result.metrics, "log_history": trainer.state.log_history}, indent=1))
-    finally:
-        shutdown = getattr(pool, "shutdown", None) or pool.close
-        shutdown()
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model(grpo.output_dir)
+    # The run's log in one file (what `cudal2 ablate` compares; tensorboard has the same figures).
+    (Path(grpo.output_dir) / "cudal2_run.json").write_text(json.dumps(
+        {"metrics": result.metrics, "log_history": trainer.state.log_history}, indent=1))
     return result.metrics
 
 

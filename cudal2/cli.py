@@ -131,7 +131,7 @@ def cmd_sample(args) -> int:
             samples = sampler.run(task, args.n, args.turns, store, gpu.label if gpu else "none",
                                   progress_printer(args.n * args.turns))
     finally:
-        (getattr(pool, "shutdown", None) or pool.close)()
+        pool.shutdown()
     print(report(samples))
     if write_best(samples, Path(args.out)):
         print(f"best kernel written to {args.out}")

@@ -135,8 +135,11 @@ class PoolClient:
     def stop(self) -> None:
         self._call("stop")
 
-    def close(self) -> None:
-        self.executor.shutdown(wait=False)
+    def shutdown(self, wait: bool = True) -> None:
+        """Closes this client only; the server and its pool keep running for the other clients."""
+        self.executor.shutdown(wait=wait)
+
+    close = shutdown
 
 
 def start_background(args: Sequence[str], state_file: Path, timeout_s: float = 120.0) -> int:
