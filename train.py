@@ -138,9 +138,9 @@ def _train_with_pool(pool, data, pool_args, policy_cfg, reward_cfg, grpo, model,
                      gpu_label: str) -> dict:
     """The trainer around a running pool (the caller shuts the pool down whatever happens)."""
     from transformers.trainer_utils import get_last_checkpoint
-    from trl import GRPOTrainer
 
     from cudal2.policy.extract import extract_for_reward
+    from cudal2.policy.grpo import TimedGRPOTrainer
     from cudal2.policy.model import lora_config
     from cudal2.reward.trl_adapter import make_reward_function
     from cudal2.sandbox.store import ResultStore
@@ -161,7 +161,7 @@ def _train_with_pool(pool, data, pool_args, policy_cfg, reward_cfg, grpo, model,
         from cudal2.policy.multiturn import make_rollout
 
         rollout = make_rollout(pool, policy_cfg.turns, grpo.temperature, policy_cfg.max_completion_tokens)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=grpo, train_dataset=dataset,
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=[reward], args=grpo, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=lora_config(policy_cfg), callbacks=callbacks,
                           rollout_func=rollout)
     for cb in callbacks:

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|all]   (default all)
-# Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates).
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|all]   (default all = smoke, tests, bench)
+#     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
+#     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
+#            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
+# Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl, datasets, dill,
+# multiprocess (the device image lacks them; pyarrow, pandas, fsspec, xxhash are there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudal2-out}
@@ -29,5 +33,28 @@ fi
 if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/eval_bench.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || rc=1
   python3 benchmarks/pool_gpu.py 2>&1 | tee "$OUT/pool_gpu.log" || rc=1
+fi
+ngpu=$(nvidia-smi -L | wc -l)
+if [[ $what == scale ]]; then
+  # Build the harness first, so that its one-off build does not count against the 1-GPU figure.
+  python3 -c 'from cudal2.sandbox.gpu import detect_gpu; from cudal2.sandbox.harness_build import harness_path
+print(harness_path(detect_gpu(0).compute_capability))' || rc=1
+  for n in 1 2 4 8; do
+    (( n <= ngpu )) || break
+    gpus=$(seq -s, 0 $((n - 1)))
+    python3 benchmarks/pool_gpu.py --gpus "$gpus" --json "$OUT/pool_${n}gpu.json" 2>&1 | tee "$OUT/pool_${n}gpu.log" || rc=1
+  done
+fi
+if [[ $what == train ]]; then
+  # Each run gets its own store, so neither answers the other's evaluations from the cache.
+  grpo() {  # label, pool GPUs, name
+    python3 benchmarks/grpo_gpu.py --label "$1" -- --config configs/gpu_tiny.yaml --pool_gpus "$2" \
+      --output_dir "/tmp/runs/$3" --db "/tmp/runs/$3.sqlite" --tiny_path /tmp/runs/tiny-policy \
+      --report_to none 2>&1 | tee "$OUT/grpo_$3.log" || rc=1
+    cp "/tmp/runs/$3/cudal2_run.json" "$OUT/grpo_$3.json" 2>/dev/null
+  }
+  mkdir -p /tmp/runs
+  grpo "trainer + pool on GPU 0" 0 shared
+  (( ngpu >= 2 )) && grpo "trainer GPU 0, pool GPU 1..$((ngpu - 1))" "$(seq -s, 1 $((ngpu - 1)))" split
 fi
 exit $rc

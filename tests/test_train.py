@@ -46,6 +46,11 @@ def test_two_grpo_steps_change_parameters_and_log_reward_terms(tmp_path, tiny_pa
     for key in ("reward/status", "reward/ptxas", "status/compiled", "status/format_error", "reward_std"):
         assert all(key in h for h in logs), key
     assert sum(h["status/compiled"] + h["status/compile_error"] + h["status/format_error"] for h in logs) == 16
+    # The step time split (cudal2.policy.grpo): every step generated and evaluated (steps_per_generation = 1).
+    for h in logs:
+        parts = [h["time/generation_s"], h["time/evaluation_s"], h["time/update_s"]]
+        assert all(p > 0 for p in parts), h
+        assert h["time/evaluation_share"] == pytest.approx(parts[1] / sum(parts), rel=1e-6)
 
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path, tiny_path):

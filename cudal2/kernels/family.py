@@ -1,0 +1,77 @@
+"""The contract every generated kernel family follows (sm80 mma.sync, sm90 wgmma/TMA, small-shape).
+
+A family is a parameterised HGEMM generator. The tuner (`cudal2 tune`) and a policy see only this interface:
+
+    family.space()          -> {parameter name: allowed values}   the search space, for random / evolutionary search
+    family.default()        -> Config                              a good general-purpose config (the tuner's start)
+    family.make(params)     -> Config                              a frozen dataclass; raises BadConfig on an unknown
+                                                                   parameter or a value outside the space
+    family.prune(cfg, arch) -> str | None                          why this config cannot work on `arch` (shared
+                                                                   memory, registers, divisibility...), decided
+                                                                   before compiling; None = worth compiling
+    family.render(cfg)      -> str                                 a readable .cu source following the candidate
+                                                                   contract (README.md); one compile serves every
+                                                                   shape (M, N, K >= 1 handled by the kernel itself)
+    family.supports(cfg, task) -> str | None                       why this config refuses a shape at run time (e.g.
+                                                                   K % 8 != 0 for 16-byte loads), or None
+
+Configs are plain frozen dataclasses so that they hash, compare and print; `config_name(cfg)` gives a stable short
+name (the tuner keys its bookkeeping by it, the store keys results by source hash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any, Protocol
+
+from cudal2.sandbox.types import Task
+
+
+class BadConfig(ValueError):
+    """A parameter set that is not in the family's space (unknown name or value)."""
+
+
+class KernelFamily(Protocol):
+    name: str  # short and stable, e.g. "sm80_mma"; part of every config name
+    archs: tuple[str, ...]  # compile targets it is written for, e.g. ("sm_80", "sm_90a")
+
+    def space(self) -> dict[str, tuple[Any, ...]]: ...
+
+    def default(self) -> Any: ...
+
+    def make(self, params: dict[str, Any]) -> Any: ...
+
+    def prune(self, cfg: Any, arch: str) -> str | None: ...
+
+    def render(self, cfg: Any) -> str: ...
+
+    def supports(self, cfg: Any, task: Task) -> str | None: ...
+
+
+def config_name(family: KernelFamily, cfg: Any) -> str:
+    """`sm80_mma-BM128-BN128-BK32-...`: the family name and every field in declaration order."""
+    assert is_dataclass(cfg)
+    parts = [f"{f.name}{_short(getattr(cfg, f.name))}" for f in fields(cfg)]
+    return "-".join([family.name, *parts])
+
+
+def config_params(cfg: Any) -> dict[str, Any]:
+    return asdict(cfg)
+
+
+def check_params(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> None:
+    """Raise BadConfig naming the first parameter that is unknown or outside `space` (shared by every family)."""
+    for key, value in params.items():
+        if key not in space:
+            raise BadConfig(f"unknown parameter {key!r} (known: {', '.join(space)})")
+        if value not in space[key]:
+            raise BadConfig(f"{key}={value!r} is not one of {list(space[key])}")
+    missing = [k for k in space if k not in params]
+    if missing:
+        raise BadConfig(f"missing parameter(s): {', '.join(missing)}")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(getattr(value, "value", value))
