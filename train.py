@@ -39,6 +39,10 @@ class DataArgs:
 class PoolArgs:
     pool_backend: str = "local"  # local | ray
     pool_gpus: str = "all"  # GPU indices for the sandbox, comma-separated; "all" or "none"
+    # GPUs this trainer process sees (CUDA_VISIBLE_DEVICES), comma-separated; "auto" = the first GPU the pool does
+    # not use (GPU 0 when it uses all). Several GPUs for the policy need a launcher (`accelerate launch`), which
+    # sets the placement itself; then this is ignored.
+    trainer_gpus: str = "auto"
     pool_server: str = ""  # state file of a running `cudal2 pool start` server; "" = start a private pool
     compile_only: bool = False  # no GPU evaluation: reward from compile success and ptxas figures
     db: str = ""  # result store; "" = the default path
@@ -59,6 +63,43 @@ def _gpus(spec: str) -> tuple[int, ...] | None:
 def _first_gpu(spec: str) -> int:
     gpus = _gpus(spec)
     return gpus[0] if gpus else 0
+
+
+def place_trainer(argv: list[str]) -> str | None:
+    """Restrict the GPUs this process sees, before torch initialises CUDA; returns what was set (None = unchanged).
+
+    Why: transformers' Trainer wraps the model in nn.DataParallel when one process sees several GPUs, which GRPO
+    refuses; and the policy should not sit on the sandbox's GPUs when others are free. The sandbox's workers are
+    unaffected: the harness child gets its physical GPU index explicitly (sandbox.runner). Runs before the full
+    argument parse (which may touch CUDA), so it reads only --config, --trainer_gpus and --pool_gpus.
+    """
+    import argparse
+
+    import yaml
+
+    from cudal2.sandbox.gpu import visible_gpus
+
+    if "CUDA_VISIBLE_DEVICES" in os.environ or "LOCAL_RANK" in os.environ:  # the user's or a launcher's placement
+        return None
+    ap = argparse.ArgumentParser(add_help=False)
+    for flag in ("--config", "--trainer_gpus", "--pool_gpus"):
+        ap.add_argument(flag)
+    known, _ = ap.parse_known_args(argv)
+    try:
+        cfg = yaml.safe_load(Path(known.config).read_text()) if known.config else {}
+    except (OSError, yaml.YAMLError):
+        return None  # the full parse reports it
+    cfg = cfg if isinstance(cfg, dict) else {}
+    trainer = str(known.trainer_gpus or cfg.get("trainer_gpus", "auto"))
+    if trainer == "auto":
+        visible = [g.index for g in visible_gpus()]
+        if len(visible) <= 1:
+            return None
+        pool = _gpus(str(known.pool_gpus or cfg.get("pool_gpus", "all")))
+        free = [g for g in visible if g not in (visible if pool is None else pool)]
+        trainer = str((free or visible)[0])
+    os.environ["CUDA_VISIBLE_DEVICES"] = trainer
+    return trainer
 
 
 def make_pool(args: PoolArgs):
@@ -178,8 +219,10 @@ def _train_with_pool(pool, data, pool_args, policy_cfg, reward_cfg, grpo, model,
 def main(argv: list[str] | None = None) -> int:
     from cudal2.policy.model import PolicyLoadError
 
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        data, pool_args, policy_cfg, reward_cfg, grpo = parse(sys.argv[1:] if argv is None else argv)
+        place_trainer(argv)
+        data, pool_args, policy_cfg, reward_cfg, grpo = parse(argv)
         metrics = train(data, pool_args, policy_cfg, reward_cfg, grpo)
     except (BadShapeFile, PolicyLoadError, FileNotFoundError, ValueError) as e:
         print(f"train.py: error: {e}".splitlines()[0], file=sys.stderr)

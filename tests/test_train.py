@@ -70,3 +70,36 @@ def test_bad_input_is_one_line_error(tmp_path, tiny_path, capsys, extra, message
     assert run(tmp_path, tiny_path, *extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+FAKE_SMI = """#!/bin/sh
+# nvidia-smi of a machine with two H200s: answers --id=N --query-gpu=... for N in 0, 1
+case "$1" in --id=0|--id=1) echo "NVIDIA H200, 9.0, 143771";; *) exit 6;; esac
+"""
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], "0"),                                  # the pool takes every GPU: the trainer shares GPU 0
+    (["--pool_gpus", "1"], "0"),                # split: trainer on the free GPU
+    (["--pool_gpus", "0"], "1"),
+    (["--pool_gpus", "0", "--trainer_gpus", "0"], "0"),  # an explicit choice wins
+])
+def test_trainer_placement_sees_one_gpu_the_pool_leaves_free(tmp_path, monkeypatch, extra, expected):
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    for var in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "CUDAL2_NO_GPU"):
+        monkeypatch.setenv(var, "x")  # so that teardown restores the environment whatever place_trainer sets
+        monkeypatch.delenv(var)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("pool_gpus: all\n")
+    assert train.place_trainer(["--config", str(cfg), *extra]) == expected
+    assert train.os.environ["CUDA_VISIBLE_DEVICES"] == expected
+
+
+def test_trainer_placement_leaves_a_launchers_choice(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert train.place_trainer(["--pool_gpus", "0"]) is None
+    assert train.os.environ["CUDA_VISIBLE_DEVICES"] == "3"
