@@ -11,44 +11,64 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# The answer the tiny policy is fit to: a complete, correct candidate, short enough for a CPU smoke run (~260 tokens
-# with the tiny tokenizer).
-COMPACT_KERNEL = """#include <cuda_fp16.h>
+# The answers the tiny policy is fit to: complete candidates, short enough for a CPU smoke run (~260 tokens with the
+# tiny tokenizer), in a few variants so that sampling gives different kernels with different rewards: three block
+# sizes (correct, unequally fast) and one that accumulates in half precision (fails the fp32-accuracy check once K is
+# large). GRPO then has something to learn even on the GPU, where every correct naive kernel is equally slow.
+_KERNEL = """#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 __global__ void k(const half* A, const half* B, half* C, int M, int N, int K) {
   int n = blockIdx.x * blockDim.x + threadIdx.x, m = blockIdx.y;
   if (m >= M || n >= N) return;
-  float s = 0.f;
-  for (int i = 0; i < K; ++i) s += __half2float(A[(size_t)m * K + i]) * __half2float(B[(size_t)n * K + i]);
+  {acc} s = 0.f;
+  for (int i = 0; i < K; ++i) s += {a} * {b};
   C[(size_t)m * N + n] = __float2half_rn(s);
 }
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* w, size_t wb,
                             cudaStream_t stream) {
-  k<<<dim3((N + 127) / 128, M), 128, 0, stream>>>(A, B, C, M, N, K);
+  k<<<dim3((N + {threads_m1}) / {threads}, M), {threads}, 0, stream>>>(A, B, C, M, N, K);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 """
+_A, _B = "A[(size_t)m * K + i]", "B[(size_t)n * K + i]"
+
+
+def compact_kernel(threads: int = 128, half_accumulate: bool = False) -> str:
+    """The naive one-output-per-thread kernel with `threads` per block; fp32 (or half) accumulation."""
+    if half_accumulate:
+        acc, a, b = "half", _A, _B
+    else:
+        acc, a, b = "float", f"__half2float({_A})", f"__half2float({_B})"
+    return (_KERNEL.replace("{acc}", acc).replace("{a}", a).replace("{b}", b)
+            .replace("{threads_m1}", str(threads - 1)).replace("{threads}", str(threads)))
+
+
+COMPACT_KERNEL = compact_kernel()  # the plain, correct one
+VARIANTS = (compact_kernel(64), compact_kernel(128), compact_kernel(256), compact_kernel(128, half_accumulate=True))
 MARKER = "cudal2_warm_started"
+WARM_VERSION = "2"  # bump when the answers change: a policy warmed on other answers is warmed again
 
 
-def warm_answer() -> str:
-    return f"```cuda\n{COMPACT_KERNEL}```"
+def warm_answer(source: str = COMPACT_KERNEL) -> str:
+    return f"```cuda\n{source}```"
 
 
 def warm_start(model, tokenizer, prompts: list[list[dict]], steps: int = 200, lr: float = 5e-3) -> float:
-    """Fit `model` to answer each chat prompt with the compact kernel (loss on the answer tokens only). Prompts are
-    tokenized exactly as TRL tokenizes them for generation. Returns the last loss (nats per token)."""
+    """Fit `model` to answer each chat prompt with each compact kernel variant in turn (loss on the answer tokens
+    only), so that it samples among them. Prompts are tokenized exactly as TRL tokenizes them for generation.
+    Returns the last loss (nats per token)."""
     import torch
 
-    answer_ids = tokenizer(warm_answer() + (tokenizer.eos_token or ""), add_special_tokens=False)["input_ids"]
     batches = []
-    for p in prompts:
-        prompt_ids = list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
-                                                        return_dict=True)["input_ids"])
-        ids = torch.tensor([prompt_ids + answer_ids], device=model.device)
-        labels = ids.clone()
-        labels[0, : len(prompt_ids)] = -100  # learn the answer, not the prompt
-        batches.append((ids, labels))
+    for variant in VARIANTS:
+        answer_ids = tokenizer(warm_answer(variant) + (tokenizer.eos_token or ""), add_special_tokens=False)["input_ids"]
+        for p in prompts:
+            prompt_ids = list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+                                                            return_dict=True)["input_ids"])
+            ids = torch.tensor([prompt_ids + answer_ids], device=model.device)
+            labels = ids.clone()
+            labels[0, : len(prompt_ids)] = -100  # learn the answer, not the prompt
+            batches.append((ids, labels))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     loss = torch.tensor(float("nan"))
@@ -69,11 +89,13 @@ def ensure_warm(path: str | Path, prompts: list[list[dict]], steps: int = 200) -
     from cudal2.policy.model import build_tiny_policy, load_tokenizer
 
     path = build_tiny_policy(path)
-    if (path / MARKER).exists():
+    marker = path / MARKER
+    if marker.exists() and marker.read_text().startswith(f"v{WARM_VERSION} "):
         return path
     tokenizer = load_tokenizer(str(path), True)
     model = AutoModelForCausalLM.from_pretrained(path)
     loss = warm_start(model, tokenizer, prompts, steps)
     model.save_pretrained(path)
-    (path / MARKER).write_text(f"warm-started for {steps} steps, final loss {loss:.4f}\n")
+    marker.write_text(f"v{WARM_VERSION} warm-started for {steps} steps on {len(VARIANTS)} answers, final loss "
+                      f"{loss:.4f}\n")
     return path
