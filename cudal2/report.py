@@ -1,0 +1,463 @@
+"""The leaderboard (`cudal2 report`): the best verified kernel per shape of a shape set, against the baselines.
+
+For each shape of the set the result store is asked for its fastest kernel whose newest result (current evaluator
+version, this GPU label and mode) is `ok`. Speedups are the ones measured in that same evaluation: baseline median
+time over kernel median time (> 1 = the kernel is faster). A shape with no such result is *missing*: it is
+counted and listed, never scored as 1.0x.
+
+Baselines (the harness's timings): `cublas` is cublasGemmEx with torch's settings, the call torch.matmul makes on
+these half tensors, so it is reported as the "torch.matmul / cuBLAS" column (there is no separate torch timing);
+`cublaslt_heuristic` is cuBLASLt's top-1 heuristic algorithm; `cublaslt_autotuned` the fastest of up to 32 of its
+heuristic candidates, timed on this GPU.
+
+The maths (geometric mean, bucket membership, fraction faster, target verdicts) are small pure functions over
+speedup lists, so they are tested on a fixture without a GPU; rendering is separate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+
+from cudal2.data import BUCKETS, GRID_VALUES, BadShapeFile, ShapeRow, bucket, load_shape_spec, mnk_log2
+from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.store import ResultStore, StoreError
+from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Task
+
+# Column titles of the store's baselines (its SPEEDUP_COLUMNS), in display order.
+BASELINE_TITLES = {
+    "cublas": "torch.matmul / cuBLAS",
+    "cublaslt_heuristic": "cuBLASLt heuristic",
+    "cublaslt_autotuned": "cuBLASLt autotuned",
+}
+ALL_SHAPES = "all"
+
+
+class ReportError(ValueError):
+    """The report cannot be made as asked (one-line message)."""
+
+
+# -- data ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One shape of the set and its best verified result (None: missing)."""
+
+    row: ShapeRow
+    kernel_hash: str | None = None
+    kernel_name: str = ""  # from the source's first comment line, e.g. "mma_multistage.cu"; "" when it has none
+    result: ShapeResult | None = None
+
+    @property
+    def task(self) -> Task:
+        return self.row.task
+
+    @property
+    def speedups(self) -> dict[str, float]:
+        return self.result.speedups() if self.result else {}
+
+
+def kernel_name(source: str | None) -> str:
+    """A short name for a kernel: its first line when that is a `//` comment, up to a ` -- ` (40 chars at most).
+
+    Seed kernels start `// mma_multistage.cu -- seed kernel: ...`; generated ones may put their config name there.
+    """
+    if not source:
+        return ""
+    first = source.lstrip().split("\n", 1)[0].strip()
+    if not first.startswith("//"):
+        return ""
+    return first.lstrip("/").strip().split(" -- ", 1)[0][:40]
+
+
+def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode) -> list[Entry]:
+    """The best verified result of every row (one store query per shape; 1000 shapes take well under a second)."""
+    entries = []
+    for row in rows:
+        best = store.best(row.task, gpu, mode=mode, baseline=None, limit=1)
+        if not best:
+            entries.append(Entry(row))
+            continue
+        source_hash, result = best[0]
+        entries.append(Entry(row, source_hash, kernel_name(store.get_source(source_hash)), result))
+    return entries
+
+
+# -- maths ---------------------------------------------------------------------------------------------------------
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    """Geometric mean of positive values; None for none."""
+    if not values:
+        return None
+    if any(v <= 0 for v in values):
+        raise ValueError(f"geometric mean of a non-positive value: {min(values)}")
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of n speedups vs one baseline (None where n = 0)."""
+
+    n: int
+    geomean: float | None
+    mean: float | None  # arithmetic mean
+    faster: float | None  # fraction of the n with speedup > 1 (strictly faster than the baseline)
+
+
+def summarise(speedups: Sequence[float]) -> Stats:
+    if not speedups:
+        return Stats(0, None, None, None)
+    n = len(speedups)
+    return Stats(n, geomean(speedups), math.fsum(speedups) / n, sum(1 for s in speedups if s > 1.0) / n)
+
+
+def baseline_speedups(entries: Iterable[Entry], baseline: str) -> list[float]:
+    """The speedups vs `baseline` of the entries that have one (missing shapes contribute nothing)."""
+    return [e.speedups[baseline] for e in entries if baseline in e.speedups]
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """A group of shapes (a size bucket, or all): how many, how many verified, and stats per baseline."""
+
+    name: str
+    shapes: int
+    verified: int
+    stats: dict[str, Stats]  # baseline -> Stats
+
+
+def summarise_group(name: str, entries: Sequence[Entry]) -> GroupSummary:
+    verified = sum(1 for e in entries if e.result is not None)
+    return GroupSummary(name, len(entries), verified,
+                        {b: summarise(baseline_speedups(entries, b)) for b in BASELINE_TITLES})
+
+
+def bucket_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
+    """One summary per size bucket of `data.BUCKETS` that has shapes, then one over all shapes."""
+    out = []
+    for _, _, name in BUCKETS:
+        members = [e for e in entries if bucket(e.task.m, e.task.n, e.task.k) == name]
+        if members:
+            out.append(summarise_group(name, members))
+    out.append(summarise_group(ALL_SHAPES, entries))
+    return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal of issue #6: the geometric-mean speedup vs `baseline` over shapes with 2^lo <= MNK < 2^hi."""
+
+    label: str
+    baseline: str
+    threshold: float
+    lo: int | None = None  # MNK >= 2^lo (None: no lower bound)
+    hi: int | None = None  # MNK < 2^hi (None: no upper bound)
+
+    def selects(self, task: Task) -> bool:
+        lg = mnk_log2(task.m, task.n, task.k)
+        return (self.lo is None or lg >= self.lo) and (self.hi is None or lg < self.hi)
+
+
+# Issue #6's targets: H200, fp32 accumulation, offline mode, over the full 1000-shape grid.
+TARGETS = (
+    Target("all shapes", "cublas", 1.15),
+    Target("all shapes", "cublaslt_autotuned", 1.05),
+    Target("small: MNK < 2^27", "cublas", 2.0, hi=27),
+    Target("large: MNK >= 2^36", "cublas", 1.0, lo=36),
+)
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCOMPLETE = "incomplete"  # some shapes in range have no result: no verdict on a partial set
+    NO_SHAPES = "no shapes"  # the set has no shape in the target's range
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    target: Target
+    shapes: int  # shapes of the set in the target's range
+    stats: Stats  # over those with a speedup vs the target's baseline
+    verdict: Verdict
+
+
+def check_target(target: Target, entries: Sequence[Entry]) -> TargetResult:
+    selected = [e for e in entries if target.selects(e.task)]
+    stats = summarise(baseline_speedups(selected, target.baseline))
+    if not selected:
+        verdict = Verdict.NO_SHAPES
+    elif stats.n < len(selected):
+        verdict = Verdict.INCOMPLETE
+    else:
+        verdict = Verdict.PASS if stats.geomean >= target.threshold else Verdict.FAIL
+    return TargetResult(target, len(selected), stats, verdict)
+
+
+def target_caveat(tasks: Sequence[Task], mode: Mode) -> str:
+    """Why the targets' figures are only indicative for this report ("" when they apply as defined)."""
+    reasons = []
+    if {(t.m, t.n, t.k) for t in tasks} != {(m, n, k) for m in GRID_VALUES for n in GRID_VALUES for k in GRID_VALUES}:
+        reasons.append("this set is not the full 1000-shape grid")
+    if any(t.acc is not Acc.FP32 for t in tasks):
+        reasons.append("the targets are for fp32 accumulation")
+    if mode is not Mode.OFFLINE:
+        reasons.append("the targets are for offline mode")
+    return "; ".join(reasons)
+
+
+# -- heatmap data --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    geomean: float | None  # over the verified K values of this (M, N); None: none verified
+    verified: int
+    shapes: int
+
+
+def heat_cells(entries: Sequence[Entry], baseline: str = "cublas") -> dict[tuple[int, int], HeatCell]:
+    """Speedup vs `baseline` per (M, N), aggregated over K by geometric mean."""
+    groups: dict[tuple[int, int], list[Entry]] = {}
+    for e in entries:
+        groups.setdefault((e.task.m, e.task.n), []).append(e)
+    out = {}
+    for key, members in groups.items():
+        speedups = baseline_speedups(members, baseline)
+        out[key] = HeatCell(geomean(speedups), len(speedups), len(members))
+    return out
+
+
+# -- markdown ------------------------------------------------------------------------------------------------------
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])
+
+
+def shape_label(task: Task) -> str:
+    return f"{task.m}x{task.n}x{task.k}"
+
+
+def _targets_md(results: Sequence[TargetResult], caveat: str) -> str:
+    rows = [[r.target.label, BASELINE_TITLES[r.target.baseline], f"{r.stats.n}/{r.shapes}",
+             _x(r.stats.geomean), f">= {r.target.threshold:.2f}x", r.verdict.value.upper()] for r in results]
+    note = ("Issue #6 targets (H200, fp32, offline, full grid; geometric mean). A verdict needs every shape in range "
+            "verified: otherwise it is INCOMPLETE and the geomean shown is over the verified ones only.")
+    if caveat:
+        note += f" **Indicative only here: {caveat}.**"
+    return note + "\n\n" + md_table(["target", "vs", "verified", "geomean", "needed", "verdict"], rows)
+
+
+def _buckets_md(groups: Sequence[GroupSummary]) -> str:
+    rows = []
+    for g in groups:
+        for b, s in g.stats.items():
+            rows.append([g.name, str(g.shapes), str(g.verified), BASELINE_TITLES[b], str(s.n),
+                         _x(s.geomean), _x(s.mean), _pct(s.faster)])
+    return md_table(["MNK bucket", "shapes", "verified", "vs", "n", "geomean", "mean", "faster"], rows)
+
+
+def _shapes_md(entries: Sequence[Entry]) -> str:
+    with_source = len({e.row.source for e in entries}) > 1
+    header = ["M", "N", "K", *(["source"] if with_source else []), "kernel", "kernel us", "cuBLAS us",
+              *(f"vs {t}" for t in BASELINE_TITLES.values())]
+    rows = []
+    for e in entries:
+        cells = [str(e.task.m), str(e.task.n), str(e.task.k), *([e.row.source] if with_source else [])]
+        if e.result is None:
+            rows.append([*cells, "missing", *["-"] * (2 + len(BASELINE_TITLES))])
+            continue
+        cand, cublas = e.result.timings.get("candidate"), e.result.timings.get("cublas")
+        kernel = f"`{e.kernel_hash[:12]}`" + (f" {e.kernel_name}" if e.kernel_name else "")
+        rows.append([*cells, kernel, _us(cand.median_us if cand else None), _us(cublas.median_us if cublas else None),
+                     *(_x(e.speedups.get(b)) for b in BASELINE_TITLES)])
+    return md_table(header, rows)
+
+
+@dataclass(frozen=True)
+class ReportScope:
+    """What the report covers, for its heading."""
+
+    shapes: str  # the --shapes spec, e.g. data/grid.csv:heldout
+    gpu: str
+    mode: Mode
+    db: Path
+
+
+def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
+    """The whole report as markdown (pasteable into benchmarks/RESULTS.md)."""
+    missing = [e for e in entries if e.result is None]
+    accs = ", ".join(sorted({e.task.acc.value for e in entries}))
+    parts = [
+        f"### Leaderboard: `{scope.shapes}` · {scope.gpu} · {scope.mode.value} · {accs}",
+        f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}). Speedup = "
+        "baseline median time / kernel median time from the same evaluation (> 1: the kernel is faster). "
+        "\"torch.matmul / cuBLAS\" is the harness's `cublas` baseline, cublasGemmEx with torch's settings: the call "
+        "torch.matmul makes (there is no separate torch timing).",
+        f"**Coverage: {len(entries) - len(missing)}/{len(entries)} shapes have a verified result, "
+        f"{len(missing)} missing** (never counted as 1.0x).",
+        "#### Targets",
+        _targets_md([check_target(t, entries) for t in TARGETS], target_caveat([e.task for e in entries], scope.mode)),
+        "#### By size bucket",
+        _buckets_md(bucket_summaries(entries)),
+    ]
+    if missing:
+        parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
+    parts += ["#### Per shape", _shapes_md(entries)]
+    return "\n\n".join(parts) + "\n"
+
+
+# -- heatmap -------------------------------------------------------------------------------------------------------
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ReportError("--heatmap needs matplotlib, which is not installed (pip install matplotlib)") from None
+
+
+def write_heatmap(entries: Sequence[Entry], path: Path, title: str) -> None:
+    """log2 speedup vs torch.matmul/cuBLAS over (M, N), geomean over K; diverging map centred on 1.0x, grey missing.
+
+    RdBu is one of ColorBrewer's colour-blind-safe diverging schemes (blue: faster than cuBLAS, red: slower).
+    """
+    import numpy as np
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+
+    cells = heat_cells(entries)
+    ms, ns = sorted({m for m, _ in cells}), sorted({n for _, n in cells})
+    log2 = np.full((len(ms), len(ns)), np.nan)
+    for (m, n), cell in cells.items():
+        if cell.geomean is not None:
+            log2[ms.index(m), ns.index(n)] = math.log2(cell.geomean)
+    finite = log2[np.isfinite(log2)]
+    limit = max(1.0, float(np.abs(finite).max())) if finite.size else 1.0  # symmetric: 1.0x sits mid-scale
+    cmap = _colormap("RdBu").with_extremes(bad="0.6")
+    fig = Figure(figsize=(max(6.0, 0.7 * len(ns) + 2), max(4.5, 0.5 * len(ms) + 2)), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(log2), cmap=cmap, norm=Normalize(-limit, limit), aspect="auto",
+                      origin="lower")
+    ax.set_xticks(range(len(ns)), [str(n) for n in ns], rotation=90)
+    ax.set_yticks(range(len(ms)), [str(m) for m in ms])
+    ax.set_xlabel("N")
+    ax.set_ylabel("M")
+    ax.set_title(title + "\ngrey: no verified result; *: some K values missing", fontsize=9)
+    if len(ms) * len(ns) <= 400:  # annotate when the numbers stay legible
+        for (m, n), cell in cells.items():
+            if cell.geomean is not None:
+                dark = abs(math.log2(cell.geomean)) > limit / 2
+                ax.text(ns.index(n), ms.index(m), f"{cell.geomean:.2f}" + ("*" if cell.verified < cell.shapes else ""),
+                        ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ticks = list(range(-math.ceil(limit), math.ceil(limit) + 1))
+    bar = fig.colorbar(image, ax=ax, ticks=ticks)
+    bar.ax.set_yticklabels([f"{2.0 ** t:g}x" for t in ticks])
+    bar.set_label("speedup vs torch.matmul / cuBLAS (geomean over K)")
+    fig.savefig(path, dpi=120)
+
+
+def _colormap(name: str):
+    from matplotlib import colormaps
+
+    return colormaps[name]
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    shapes: str  # PATH or PATH:SPLIT
+    gpu: str | None  # the label results were stored under, e.g. "NVIDIA H200 (sm_90a)"; None: see resolve_gpu
+    mode: Mode
+    acc: Acc | None  # None: each row's own acc
+    db: Path
+    out: Path | None  # markdown file; None: returned for printing
+    heatmap: Path | None
+
+
+def load_rows(spec: str, acc: Acc | None) -> list[ShapeRow]:
+    """The set's rows, acc overridden when asked (a shape listed with several accs then appears once)."""
+    try:
+        rows = load_shape_spec(spec)
+    except BadShapeFile as e:
+        raise ReportError(str(e)) from None
+    if acc is None:
+        return rows
+    unique: dict[tuple[int, int, int], ShapeRow] = {}
+    for r in rows:
+        unique.setdefault((r.M, r.N, r.K), replace(r, acc=acc.value))  # the first row of a shape wins
+    return list(unique.values())
+
+
+def resolve_gpu(requested: str | None, machine: str | None, stored: Sequence[str]) -> str:
+    """The GPU label to report on: the one asked for, else this machine's GPU, else the store's only one."""
+    if requested:
+        return requested
+    if machine:
+        return machine
+    if len(stored) == 1:
+        return stored[0]
+    raise ReportError("no GPU visible here to take the label from: pass --gpu LABEL; labels with verified results "
+                      f"in the store: {', '.join(map(repr, stored)) or 'none'}")
+
+
+def _write(path: Path, write: Callable[[Path], object]) -> None:
+    """`write(path)` after making its folder; an OSError becomes a one-line ReportError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as e:
+        raise ReportError(f"{path}: cannot write ({e.strerror or e})") from None
+
+
+def run(req: ReportRequest) -> str:
+    """Make the report; returns what to print (the markdown, or a summary line when it went to --out)."""
+    if req.heatmap is not None:
+        require_matplotlib()  # before any work
+    rows = load_rows(req.shapes, req.acc)
+    if not req.db.is_file():
+        raise ReportError(f"{req.db}: no result store there (evaluate kernels first, or pass --db)")
+    try:
+        with ResultStore(req.db) as store:
+            stored = store.ok_gpus()
+            gpu = resolve_gpu(req.gpu, getattr(detect_gpu(), "label", None), stored)
+            entries = collect(rows, store, gpu, req.mode)
+    except StoreError as e:
+        raise ReportError(str(e)) from None
+    text = render(ReportScope(req.shapes, gpu, req.mode, req.db), entries)
+    verified = sum(1 for e in entries if e.result is not None)
+    lines = []
+    if req.heatmap is not None:
+        _write(req.heatmap, lambda p: write_heatmap(entries, p, f"{req.shapes} · {gpu} · {req.mode.value}"))
+        lines.append(f"heatmap written to {req.heatmap}")
+    if req.out is not None:
+        _write(req.out, lambda p: p.write_text(text))
+    if not verified:
+        lines.append(f"note: no verified result for GPU {gpu!r}, mode {req.mode.value} in {req.db}; labels with "
+                     f"verified results there: {', '.join(map(repr, stored)) or 'none'}")
+    if req.out is None:
+        return text + "".join(f"\n{line}" for line in lines)
+    return "\n".join([f"report written to {req.out}: {verified}/{len(entries)} shapes verified", *lines])

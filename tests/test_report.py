@@ -1,0 +1,340 @@
+"""The leaderboard: report maths on a fixed fixture store, missing shapes, the markdown, the CLI and the heatmap."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudal2 import cli
+from cudal2.data import ShapeRow, write_csv
+from cudal2.report import (
+    TARGETS,
+    Entry,
+    ReportError,
+    ReportScope,
+    Target,
+    Verdict,
+    bucket_summaries,
+    check_target,
+    collect,
+    geomean,
+    heat_cells,
+    kernel_name,
+    load_rows,
+    render,
+    resolve_gpu,
+    summarise,
+    target_caveat,
+)
+from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.types import Acc, Mode, ShapeResult, Task
+from tests.sandbox.corpus import ROOT
+from tests.sandbox.test_store import GPU, failed_result, ok_result, timing
+
+
+def row(m: int, n: int, k: int, source: str = "test") -> ShapeRow:
+    return ShapeRow(m, n, k, "fp32", "train", source)
+
+
+def result(task: Task, cand_us: float, cublas_us: float, lt_heur_us: float | None = None,
+           lt_auto_us: float | None = None) -> ShapeResult:
+    extra = {name: timing(us) for name, us in (("cublaslt_heuristic", lt_heur_us), ("cublaslt_autotuned", lt_auto_us))
+             if us is not None}
+    return ok_result(task, cand_us, cublas_us, **extra)
+
+
+# The fixture: five shapes, one per bucket plus one missing, with hand-computable speedups vs cuBLAS.
+SMALL = row(64, 64, 64)  # MNK = 2^18: bucket < 2^24, small target
+SMALL2 = row(64, 64, 128)  # 2^19
+MID = row(512, 512, 512)  # 2^27: bucket 2^24-2^30, just outside the small target
+LARGE = row(4096, 4096, 4096)  # 2^36: bucket >= 2^36, large target
+MISSING = row(1024, 1024, 1024)  # only a wrong answer and results elsewhere: no verified result
+ROWS = [SMALL, SMALL2, MID, LARGE, MISSING]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "results.sqlite"
+    with ResultStore(path) as s:
+        s.put_source("fast-small", "// tiny_kernel.cu -- the small-shape path\n#include <cuda_fp16.h>\n")
+        s.put_result("fast-small", GPU, "offline", result(SMALL.task, 1.0, 4.0, 2.0, 2.0))  # 4x, 2x, 2x
+        s.put_result("slow-small", GPU, "offline", result(SMALL.task, 2.0, 4.0, 2.0, 2.0))  # slower: not the best
+        s.put_result("no-source", GPU, "offline", result(SMALL2.task, 1.0, 1.0, 1.0, 0.5))  # 1x, 1x, 0.5x
+        s.put_result("mid", GPU, "offline", result(MID.task, 2.0, 1.0, 1.0, 4.0))  # 0.5x, 0.5x, 2x
+        s.put_result("large", GPU, "offline", result(LARGE.task, 100.0, 125.0, 125.0, 110.0))  # 1.25x, 1.25x, 1.1x
+        s.put_result("wrong", GPU, "offline", failed_result(MISSING.task))
+        s.put_result("elsewhere", "NVIDIA A100 (sm_80)", "offline", result(MISSING.task, 1.0, 9.0))
+        s.put_result("server", GPU, "server", result(MISSING.task, 1.0, 9.0))
+        s.put_result("old", GPU, "offline", result(MISSING.task, 1.0, 9.0), evaluator_version="0.0.1")
+    return path
+
+
+@pytest.fixture
+def entries(db: Path) -> list[Entry]:
+    with ResultStore(db) as s:
+        return collect(ROWS, s, GPU, Mode.OFFLINE)
+
+
+# -- maths -----------------------------------------------------------------------------------------------------------
+
+
+def test_geomean():
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([0.5, 2.0, 1.0]) == pytest.approx(1.0)
+    assert geomean([]) is None
+    with pytest.raises(ValueError, match="non-positive"):
+        geomean([1.0, 0.0])
+
+
+def test_summarise():
+    s = summarise([0.5, 2.0, 1.0])
+    assert s.n == 3 and s.geomean == pytest.approx(1.0) and s.mean == pytest.approx(3.5 / 3)
+    assert s.faster == pytest.approx(1 / 3)  # 1.0x is not faster
+    assert summarise([]) == summarise(()) and summarise([]).n == 0 and summarise([]).geomean is None
+
+
+@pytest.mark.parametrize("shape, small, large", [
+    ((512, 512, 511), True, False),  # MNK just under 2^27
+    ((512, 512, 512), False, False),  # = 2^27: no longer small
+    ((4096, 4096, 4095), False, False),  # just under 2^36
+    ((4096, 4096, 4096), False, True),  # = 2^36
+    ((16384, 16384, 16384), False, True),
+])
+def test_target_range_edges(shape, small, large):
+    small_target, large_target = TARGETS[2], TARGETS[3]
+    assert small_target.selects(Task(*shape)) is small
+    assert large_target.selects(Task(*shape)) is large
+    assert TARGETS[0].selects(Task(*shape))
+
+
+# -- collecting from the store ------------------------------------------------------------------------------------
+
+
+def test_collect_takes_the_fastest_verified_kernel_of_this_gpu_mode_and_version(entries):
+    by_task = {e.task: e for e in entries}
+    small = by_task[SMALL.task]
+    assert small.kernel_hash == "fast-small" and small.kernel_name == "tiny_kernel.cu"
+    assert small.speedups == pytest.approx({"cublas": 4.0, "cublaslt_heuristic": 2.0, "cublaslt_autotuned": 2.0})
+    assert by_task[SMALL2.task].kernel_name == ""  # no stored source text
+    missing = by_task[MISSING.task]
+    assert missing.result is None and missing.kernel_hash is None and missing.speedups == {}
+    assert [e.task for e in entries] == [r.task for r in ROWS]
+
+
+def test_bucket_summaries_never_count_missing_shapes(entries):
+    groups = {g.name: g for g in bucket_summaries(entries)}
+    assert list(groups) == ["< 2^24", "2^24-2^30", "2^30-2^36", ">= 2^36", "all"]
+    small = groups["< 2^24"]
+    assert (small.shapes, small.verified) == (2, 2)
+    assert small.stats["cublas"].geomean == pytest.approx(2.0)  # sqrt(4 x 1)
+    assert small.stats["cublas"].mean == pytest.approx(2.5)
+    assert small.stats["cublas"].faster == pytest.approx(0.5)
+    assert small.stats["cublaslt_autotuned"].geomean == pytest.approx(1.0)  # sqrt(2 x 0.5)
+    assert small.stats["cublaslt_autotuned"].faster == pytest.approx(0.5)
+    assert (groups["2^30-2^36"].shapes, groups["2^30-2^36"].verified) == (1, 0)  # only MISSING
+    assert groups["2^30-2^36"].stats["cublas"].n == 0 and groups["2^30-2^36"].stats["cublas"].geomean is None
+    everything = groups["all"]
+    assert (everything.shapes, everything.verified) == (5, 4)
+    # over the 4 verified shapes only: (4 x 1 x 0.5 x 1.25)^(1/4); a missing shape scored 1.0 would give ^(1/5)
+    assert everything.stats["cublas"].geomean == pytest.approx(2.5 ** 0.25)
+    assert everything.stats["cublas"].faster == pytest.approx(0.5)
+
+
+def test_bucket_summaries_skip_empty_buckets(entries):
+    assert [g.name for g in bucket_summaries([e for e in entries if e.task == LARGE.task])] == [">= 2^36", "all"]
+
+
+def test_targets_need_every_shape_in_range(entries):
+    complete = [e for e in entries if e.result is not None]
+    verdicts = [check_target(t, complete).verdict for t in TARGETS]
+    # all vs cuBLAS: 2.5^(1/4) = 1.257 >= 1.15; vs Lt autotuned: (2 x 0.5 x 2 x 1.1)^(1/4) = 1.218 >= 1.05;
+    # small (the two 64-shapes): 2.0 >= 2.0; large: 1.25 >= 1.0
+    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.PASS, Verdict.PASS]
+    assert check_target(Target("x", "cublas", 1.3), complete).verdict is Verdict.FAIL
+    with_missing = check_target(TARGETS[0], entries)
+    assert with_missing.verdict is Verdict.INCOMPLETE and (with_missing.stats.n, with_missing.shapes) == (4, 5)
+    assert check_target(TARGETS[3], [e for e in entries if e.task == SMALL.task]).verdict is Verdict.NO_SHAPES
+
+
+def test_target_caveat():
+    grid = [Task(m, n, k) for m in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+            for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)
+            for k in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288, 16384)]
+    assert target_caveat(grid, Mode.OFFLINE) == ""
+    assert "not the full 1000-shape grid" in target_caveat(grid[:10], Mode.OFFLINE)
+    assert "offline" in target_caveat(grid, Mode.SERVER)
+    assert "fp32" in target_caveat([Task(t.m, t.n, t.k, Acc.FP16) for t in grid], Mode.OFFLINE)
+
+
+def test_heat_cells_aggregate_over_k(entries):
+    cells = heat_cells(entries)
+    assert cells[(64, 64)].geomean == pytest.approx(2.0) and (cells[(64, 64)].verified, cells[(64, 64)].shapes) == (2, 2)
+    assert cells[(1024, 1024)].geomean is None and cells[(1024, 1024)].shapes == 1
+
+
+@pytest.mark.parametrize("source, name", [
+    ("// mma_multistage.cu -- seed kernel: the serious one\n", "mma_multistage.cu"),
+    ("\n  // sm80_mma-BM128-BN128\n__global__ void k();", "sm80_mma-BM128-BN128"),
+    ("#include <cuda_fp16.h>\n// late comment\n", ""),
+    (None, ""),
+    ("// " + "x" * 80, "x" * 40),
+])
+def test_kernel_name(source, name):
+    assert kernel_name(source) == name
+
+
+def test_resolve_gpu():
+    assert resolve_gpu("A", "B", ["C"]) == "A"
+    assert resolve_gpu(None, "B", ["C"]) == "B"
+    assert resolve_gpu(None, None, ["C"]) == "C"
+    with pytest.raises(ReportError, match="'C', 'D'"):
+        resolve_gpu(None, None, ["C", "D"])
+
+
+def test_acc_override_keeps_one_row_per_shape(tmp_path):
+    path = tmp_path / "s.csv"
+    write_csv([row(64, 64, 64, "a"), ShapeRow(64, 64, 64, "fp16", "train", "b"), row(128, 64, 64)], path)
+    assert [(r.acc, r.source) for r in load_rows(str(path), None)] == [("fp32", "a"), ("fp16", "b"), ("fp32", "test")]
+    assert [(r.acc, r.source) for r in load_rows(str(path), Acc.FP16)] == [("fp16", "a"), ("fp16", "test")]
+
+
+# -- markdown ------------------------------------------------------------------------------------------------------
+
+
+def test_markdown(entries, db):
+    text = render(ReportScope("fixture.csv", GPU, Mode.OFFLINE, db), entries)
+    assert f"`fixture.csv` · {GPU} · offline · fp32" in text
+    assert "**Coverage: 4/5 shapes have a verified result, 1 missing**" in text
+    assert "torch.matmul makes (there is no separate torch timing)" in text
+    assert "#### Missing shapes (1)\n\n1024_1024_1024\n" in text
+    assert "| 1024 | 1024 | 1024 | missing | - | - | - | - | - |" in text
+    assert "| 64 | 64 | 64 | `fast-small` tiny_kernel.cu | 1.00 | 4.00 | 4.000x | 2.000x | 2.000x |" in text
+    assert "| all shapes | torch.matmul / cuBLAS | 4/5 | 1.257x | >= 1.15x | INCOMPLETE |" in text
+    assert "| < 2^24 | 2 | 2 | torch.matmul / cuBLAS | 2 | 2.000x | 2.500x | 50% |" in text
+    assert "Indicative only here: this set is not the full 1000-shape grid." in text
+    for table_line in (line for line in text.splitlines() if line.startswith("| ")):
+        # every row of a table has as many cells as its header
+        header = next(h for h in text.split("\n\n") if table_line in h).splitlines()[0]
+        assert table_line.count(" | ") == header.count(" | ")
+
+
+def test_markdown_source_column_only_when_sources_differ(db):
+    rows = [row(64, 64, 64, "Llama-3-8B/q_proj"), row(64, 64, 128, "Qwen2.5-7B/k_proj")]
+    with ResultStore(db) as s:
+        text = render(ReportScope("x", GPU, Mode.OFFLINE, db), collect(rows, s, GPU, Mode.OFFLINE))
+    assert "| M | N | K | source | kernel |" in text and "| 64 | 64 | 64 | Llama-3-8B/q_proj |" in text
+
+
+# -- the command -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shapes_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "shapes.csv"
+    write_csv([*ROWS[:-1], ShapeRow(*(MISSING.M, MISSING.N, MISSING.K), "fp32", "heldout", "test")], path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_gpu(monkeypatch):
+    monkeypatch.setenv("CUDAL2_NO_GPU", "1")  # the GPU label then comes from --gpu or the store
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """`cudal2 *argv`, with --gpu GPU unless given (the fixture store also holds an A100 result)."""
+    code = cli.main(list(argv) + ([] if "--gpu" in argv else ["--gpu", GPU]))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_prints_the_report(capsys, db, shapes_csv):
+    code, out, err = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db))
+    assert code == 0 and err == ""
+    assert out.startswith(f"### Leaderboard: `{shapes_csv}` · {GPU} · offline · fp32")
+    assert "**Coverage: 4/5 shapes" in out and "| 4096 | 4096 | 4096 | `large` |" in out
+
+
+def test_cli_on_the_committed_grid(capsys, db):
+    code, out, _ = run(capsys, "report", "--shapes", str(ROOT / "data" / "grid.csv"), "--db", str(db))
+    assert code == 0 and "Coverage: 4/1000" in out and "Indicative only" not in out  # the targets' own set
+    assert "| small: MNK < 2^27 | torch.matmul / cuBLAS | 2/174 | 2.000x | >= 2.00x | INCOMPLETE |" in out
+
+
+def test_cli_gpu_label_defaults_to_the_stores_only_one(capsys, shapes_csv, tmp_path):
+    with ResultStore(tmp_path / "one.sqlite") as s:
+        s.put_result("h", "gpu A", "offline", result(SMALL.task, 1.0, 2.0))
+        s.put_result("h", "gpu B", "offline", failed_result(SMALL.task))  # not ok: not a candidate label
+    code = cli.main(["report", "--shapes", str(shapes_csv), "--db", str(tmp_path / "one.sqlite")])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith(f"### Leaderboard: `{shapes_csv}` · gpu A ·") and "Coverage: 1/5" in out
+
+
+def test_cli_split_and_out_file(capsys, db, shapes_csv, tmp_path):
+    out_md = tmp_path / "sub" / "report.md"
+    code, out, _ = run(capsys, "report", "--shapes", f"{shapes_csv}:heldout", "--db", str(db), "--gpu", GPU,
+                       "--out", str(out_md))
+    assert code == 0 and out.splitlines()[0] == f"report written to {out_md}: 0/1 shapes verified"
+    assert "**Coverage: 0/1 shapes have a verified result, 1 missing**" in out_md.read_text()
+
+
+def test_cli_unknown_gpu_label_says_which_labels_exist(capsys, db, shapes_csv):
+    code, out, _ = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--gpu", "B200")
+    assert code == 0 and "Coverage: 0/5" in out
+    assert "note: no verified result for GPU 'B200'" in out and repr(GPU) in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", "/no/such.csv"], "cannot read"),
+    (["--shapes", "{csv}:held"], "unknown split 'held'"),
+    (["--shapes", "{csv}", "--db", "{tmp}/none.sqlite"], "no result store there"),
+    (["--shapes", "{csv}", "--db", "{tmp}/garbage.sqlite"], "cannot open as a cudal2 result store"),
+    # an empty --gpu counts as none given: with no GPU here and two labels in the store, none can be chosen
+    (["--shapes", "{csv}", "--db", "{tmp}/two-gpus.sqlite", "--gpu", ""], "pass --gpu LABEL"),
+    (["--shapes", "{csv}", "--out", "{csv}/x.md"], "cannot write"),
+])
+def test_cli_bad_input_is_one_line_exit_2(capsys, db, shapes_csv, tmp_path, argv, message):
+    (tmp_path / "garbage.sqlite").write_bytes(b"not a database" * 50)
+    with ResultStore(tmp_path / "two-gpus.sqlite") as s:
+        s.put_result("h", "gpu A", "offline", result(SMALL.task, 1.0, 1.0))
+        s.put_result("h", "gpu B", "offline", result(SMALL.task, 1.0, 1.0))
+    argv = [a.format(csv=shapes_csv, tmp=tmp_path) for a in argv]
+    if "--db" not in argv:
+        argv += ["--db", str(db)]
+    code, _, err = run(capsys, "report", *argv)
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("cudal2: error:") and "Traceback" not in err
+    assert (tmp_path / "garbage.sqlite").read_bytes() == b"not a database" * 50
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_cli_heatmap_without_matplotlib(capsys, db, shapes_csv, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    png = tmp_path / "h.png"
+    code, out, err = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--heatmap", str(png))
+    assert code == 2 and out == "" and "--heatmap needs matplotlib" in err and len(err.strip().splitlines()) == 1
+    assert not png.exists()
+
+
+def test_cli_heatmap_written(capsys, db, shapes_csv, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plots" / "h.png"
+    code, out, _ = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--heatmap", str(png))
+    assert code == 0 and f"heatmap written to {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_heatmap_of_the_fixture_has_grey_missing_cells(entries, tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+
+    from cudal2.report import write_heatmap
+
+    png = tmp_path / "h.png"
+    write_heatmap(entries, png, "fixture")
+    pixels = imread(png)
+    grey = (abs(pixels[..., 0] - 0.6) < 0.01) & (abs(pixels[..., 1] - 0.6) < 0.01) & (abs(pixels[..., 2] - 0.6) < 0.01)
+    assert grey.any()  # (1024, 1024) has no verified K
+    assert not math.isnan(float(pixels.mean()))
