@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cudal2.sandbox.types import (
     EVALUATOR_VERSION,
+    Acc,
     Mode,
     ShapeResult,
     Status,
@@ -246,12 +247,17 @@ class ResultStore:
         evaluator_version: str = EVALUATOR_VERSION,
     ) -> ShapeResult | None:
         """The newest result of `source_hash` on `task` for this gpu, mode and evaluator version, or None."""
-        row = self._conn.execute(
-            "SELECT result_json FROM results WHERE source_hash = ? AND m = ? AND n = ? AND k = ? AND acc = ?"
+        row = self._newest("result_json", source_hash, task, gpu, mode, evaluator_version)
+        return _restore(row[0]) if row else None
+
+    def _newest(self, column: str, source_hash: str, task: Task, gpu: str, mode: Mode | str,
+                evaluator_version: str) -> tuple | None:
+        """`column` of the newest row for one (source, shape, gpu, mode, version) key, or None."""
+        return self._conn.execute(
+            f"SELECT {column} FROM results WHERE source_hash = ? AND m = ? AND n = ? AND k = ? AND acc = ?"
             " AND gpu = ? AND evaluator_version = ? AND mode = ? ORDER BY id DESC LIMIT 1",
             (source_hash, task.m, task.n, task.k, task.acc.value, gpu, evaluator_version, _mode_value(mode)),
         ).fetchone()
-        return _restore(row[0]) if row else None
 
     def best(
         self,
@@ -297,13 +303,32 @@ class ResultStore:
 
     def _shapes_by_distance(self, task: Task, gpu: str, mode: Mode | str) -> list[Task]:
         """Other shapes (same acc) with an ok result under the current evaluator version, nearest first."""
+        shapes = [s for s in self.ok_shapes(task.acc, gpu, mode) if s != task]
+        return sorted(shapes, key=lambda s: (log2_distance(task, s), s.m, s.n, s.k))
+
+    def ok_shapes(self, acc: Acc | str, gpu: str, mode: Mode | str = "offline") -> list[Task]:
+        """Every shape of accumulation `acc` with an ok result on `gpu` in `mode` under the current evaluator
+        version, in (M, N, K) order. For the exporter and for nearest-shape prompts."""
+        acc = Acc(acc)
         rows = self._conn.execute(
             "SELECT DISTINCT m, n, k FROM results WHERE acc = ? AND gpu = ? AND evaluator_version = ? AND mode = ?"
-            " AND status = ? AND NOT (m = ? AND n = ? AND k = ?)",
-            (task.acc.value, gpu, EVALUATOR_VERSION, _mode_value(mode), Status.OK.value, task.m, task.n, task.k),
+            " AND status = ? ORDER BY m, n, k",
+            (acc.value, gpu, EVALUATOR_VERSION, _mode_value(mode), Status.OK.value),
         ).fetchall()
-        shapes = [Task(m, n, k_, task.acc) for m, n, k_ in rows]
-        return sorted(shapes, key=lambda s: (log2_distance(task, s), s.m, s.n, s.k))
+        return [Task(m, n, k, acc) for m, n, k in rows]
+
+    def ok_gpus(self) -> list[str]:
+        """GPU labels (as the evaluator records them) with an ok result under the current evaluator version."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT gpu FROM results WHERE evaluator_version = ? AND status = ? ORDER BY gpu",
+            (EVALUATOR_VERSION, Status.OK.value),
+        )
+        return [gpu for (gpu,) in rows]
+
+    def measured_at(self, source_hash: str, task: Task, gpu: str, mode: Mode | str) -> float | None:
+        """When the newest result that `get_result` would return was stored (seconds since the epoch), or None."""
+        row = self._newest("created", source_hash, task, gpu, mode, EVALUATOR_VERSION)
+        return float(row[0]) if row else None
 
     def counts_by_status(self) -> dict[str, int]:
         """Number of result rows per status value, over all rows (every version, gpu, mode, re-evaluation)."""

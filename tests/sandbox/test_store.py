@@ -305,3 +305,20 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
         assert p.returncode == 0, err.decode()
     with ResultStore(path) as s:
         assert s.counts_by_status() == {"timeout": 160}
+
+
+def test_ok_shapes_gpus_and_measured_at(store: ResultStore) -> None:
+    t, other = Task(128, 256, 512), Task(64, 64, 64)
+    store.put_result("a", GPU, "offline", ok_result(t, 5.0))
+    store.put_result("a", GPU, "offline", ok_result(t, 6.0))
+    store.put_result("a", GPU, "offline", failed_result(other))  # never ok: not listed
+    store.put_result("a", GPU, "server", ok_result(Task(32, 32, 32), 5.0))  # another mode
+    store.put_result("a", GPU, "offline", ok_result(Task(16, 16, 16, Acc.FP16), 5.0))  # another accumulation
+    store.put_result("a", "other gpu", "offline", ok_result(other, 5.0))
+    store.put_result("a", "old gpu", "offline", ok_result(other, 5.0), evaluator_version="0.0.1")
+    assert store.ok_shapes(Acc.FP32, GPU, Mode.OFFLINE) == [t]
+    assert store.ok_shapes("fp16", GPU) == [Task(16, 16, 16, Acc.FP16)]
+    assert store.ok_gpus() == [GPU, "other gpu"]
+    created = store._conn.execute("SELECT MAX(created) FROM results WHERE m = 128").fetchone()[0]
+    assert store.measured_at("a", t, GPU, "offline") == created  # the newest row's time
+    assert store.measured_at("a", t, GPU, "server") is None and store.measured_at("b", t, GPU, "offline") is None
