@@ -728,6 +728,11 @@ SYMBOL_ALLOWLIST: tuple[tuple[str, str], ...] = (
         r"|lround|llround|trunc|rint|lrint|nearbyint|modf|hypot|sin|cos|tan|tanh|atan|atan2|erf)[fl]?|__\w+_finite",
         "math",
     ),
+    (
+        r"__u?(?:div|mod)ti3",
+        "128-bit integer division from the compiler runtime (libgcc); pure arithmetic, e.g. CUTLASS's host-side"
+        " FastDivmodU64 in every sm90 GEMM's argument setup",
+    ),
     (r"abs|labs|llabs|qsort|bsearch|strto(?:l|ul|ll|ull|f|d)|atoi|atol|atoll|atof", "plain libc helpers"),
     (
         rf"(?:_ZNSt|_ZSt|_ZNKSt|_ZTV|_ZTT|_ZTI|_ZTS|_ZNSo|_ZNKSo){_STD_DENIED}\w*",

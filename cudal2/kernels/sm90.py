@@ -1,0 +1,401 @@
+"""sm90 (Hopper, the H200) HGEMM family: wgmma + TMA, warp-specialised, built from CUTLASS 3.x collectives.
+
+Every config renders one self-contained .cu (the candidate contract, README.md) whose `cudal2_hgemm` instantiates
+CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead of hand-written wgmma:
+
+    mainloop  cutlass::gemm::collective::CollectiveBuilder<arch::Sm90, OpClassTensorOp, ...>
+              TMA loads (multicast across the cluster) into 128B-swizzled shared memory, an mbarrier pipeline of
+              `stages` K-blocks, wgmma (SS: both operands from shared memory) in fp32 or fp16 accumulators
+    kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
+              BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
+              different tiles, alternating mainloop and epilogue
+    schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
+              (cooperative only: K-splits of the tail tiles across SMs, reduced deterministically in the workspace)
+    epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
+              epilogue (predicated element stores from registers, any N)
+
+Layout: C[M,N] = A[M,K] * B[N,K]^T, all row-major half. In CUTLASS terms A is RowMajor MxK (K-major), B is
+ColumnMajor KxN (K-major, i.e. B's rows are the N index), D is RowMajor MxN; C (the beta source) is void, so C is
+never read (the harness poisons it with NaN before each call).
+
+Shapes: TMA descriptors need 16-byte aligned row strides, so A and B need K % 8 == 0 (and the TMA epilogue
+N % 8 == 0); `supports` refuses other shapes with that reason and the tuner picks another family. Any M >= 1 works
+(TMA zero-fills out-of-bounds loads and clips stores).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from cudal2.kernels.family import BadConfig, check_params, config_name
+from cudal2.sandbox.types import Acc, Task
+
+ARCH = "sm_90a"
+
+# Shared memory one CTA may use on sm_90 (227 KiB): cutlass::gemm::collective::detail::sm90_smem_capacity_bytes.
+SMEM_CAPACITY = 232448
+# Per-stage mainloop overhead: PipelineTmaAsync's full and empty mbarriers (2 x 8 bytes), as CUTLASS counts it.
+STAGE_BARRIER_BYTES = 16
+# The TMA epilogue's shared storage beyond its D buffers (the 1024-byte alignment of swizzled smem, its barriers).
+EPILOGUE_SMEM_PAD = 1024
+# Kernel shared storage besides the mainloop stages and the epilogue (pipeline, scheduler and order barriers),
+# rounded up. Both constants are measured with probe_source() (sizeof(GemmKernel::SharedStorage), nvcc 13.0 +
+# CUTLASS 4.2), and tests/kernels/test_sm90.py checks that the model never underestimates CUTLASS.
+KERNEL_SMEM_OVERHEAD = 512
+# Accumulator registers per consumer thread (32-bit words) above which the tile spills: the consumer warpgroups get
+# 232-240 registers (setmaxnreg) and need ~60-90 for addresses, descriptors and the epilogue. Measured (nvcc 13.0):
+# 128 compile clean; 256 (cooperative 256x256, pingpong 128x256, fp32) spill ~4.7 KB and serialise wgmma (C7511).
+MAX_ACC_REGS = 128
+THREADS_PER_WARPGROUP = 128
+
+
+class Schedule(str, Enum):
+    COOPERATIVE = "cooperative"  # 2 consumer warpgroups share one tile (BM split), needs BM >= 128
+    PINGPONG = "pingpong"  # 2 consumer warpgroups on alternate tiles, one's epilogue hides under the other's MMAs
+
+
+class Scheduler(str, Enum):
+    PERSISTENT = "persistent"
+    STREAMK = "streamk"
+
+
+class Epilogue(str, Enum):
+    TMA = "tma"  # registers -> swizzled smem -> TMA store; N % 8 == 0
+    NOSMEM = "nosmem"  # predicated stores straight from the accumulators; any N, no smem taken from the mainloop
+
+
+@dataclass(frozen=True)
+class Sm90Config:
+    """One kernel. Tile sizes in elements; stages = K-blocks in flight in shared memory (0: as many as fit)."""
+
+    bm: int
+    bn: int
+    bk: int
+    cluster_m: int  # CTAs per cluster along M: they share (multicast) each B tile
+    cluster_n: int  # CTAs per cluster along N: they share each A tile
+    schedule: Schedule
+    scheduler: Scheduler
+    epilogue: Epilogue
+    stages: int
+    swizzle: int  # tile rasterisation swizzle (CUTLASS max_swizzle_size): neighbouring CTAs share L2 tiles
+    acc: Acc
+
+
+SPACE: dict[str, tuple[Any, ...]] = {
+    "bm": (64, 128, 256),
+    "bn": (64, 128, 256),
+    "bk": (64, 128),
+    "cluster_m": (1, 2),
+    "cluster_n": (1, 2),
+    "schedule": tuple(Schedule),
+    "scheduler": tuple(Scheduler),
+    "epilogue": tuple(Epilogue),
+    "stages": (0, 2, 3, 4, 5, 6, 7, 8),
+    "swizzle": (1, 2, 4, 8),
+    "acc": tuple(Acc),
+}
+
+_ENUMS = {"schedule": Schedule, "scheduler": Scheduler, "epilogue": Epilogue, "acc": Acc}
+
+
+# ------------------------------------------------------------------------------------------------ smem model
+
+
+def _round_up(x: int, to: int) -> int:
+    return (x + to - 1) // to * to
+
+
+def stage_bytes(cfg: Sm90Config) -> int:
+    """One pipeline stage: a BM x BK tile of A and a BN x BK tile of B (half), 128-byte aligned, plus barriers."""
+    return _round_up((cfg.bm + cfg.bn) * cfg.bk * 2, 128) + STAGE_BARRIER_BYTES
+
+
+def epilogue_smem_bytes(cfg: Sm90Config) -> int:
+    """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (EpilogueTileAuto, half)
+    plus EPILOGUE_SMEM_PAD; 0 for the no-smem epilogue.
+
+    Epilogue tile: cooperative min(BM, 128) x 32, pingpong min(BM, 64) x 32; min(2, tiles per CTA tile) buffers.
+    """
+    if cfg.epilogue is Epilogue.NOSMEM:
+        return 0
+    epi_m = min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
+    epi_n = 32
+    stages_d = min(2, (cfg.bm // epi_m) * (cfg.bn // epi_n))
+    return stages_d * epi_m * epi_n * 2 + EPILOGUE_SMEM_PAD
+
+
+def pipeline_stages(cfg: Sm90Config) -> int:
+    """The stage count CUTLASS will use: cfg.stages, or for 0 what StageCountAutoCarveout computes."""
+    if cfg.stages:
+        return cfg.stages
+    carveout = _round_up(epilogue_smem_bytes(cfg), 128)
+    return (SMEM_CAPACITY // 128 * 128 - carveout) // stage_bytes(cfg)
+
+
+def smem_bytes(cfg: Sm90Config) -> int:
+    """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on)."""
+    return pipeline_stages(cfg) * stage_bytes(cfg) + epilogue_smem_bytes(cfg) + KERNEL_SMEM_OVERHEAD
+
+
+def acc_regs(cfg: Sm90Config) -> int:
+    """Accumulator registers per consumer thread: the tile's share of one thread (fp16 packs 2 per register)."""
+    threads = THREADS_PER_WARPGROUP * (2 if cfg.schedule is Schedule.COOPERATIVE else 1)
+    per_thread = cfg.bm * cfg.bn // threads
+    return per_thread if cfg.acc is Acc.FP32 else per_thread // 2
+
+
+# -------------------------------------------------------------------------------------------------- family
+
+
+class Sm90Family:
+    """CUTLASS 3.x warp-specialised wgmma/TMA kernels for sm_90a (see the module docstring)."""
+
+    name = "sm90_wgmma"
+    archs = (ARCH,)
+
+    def space(self) -> dict[str, tuple[Any, ...]]:
+        return dict(SPACE)
+
+    def default(self) -> Sm90Config:
+        """128x256x64 cooperative, 1x2 cluster, persistent, TMA epilogue, auto stages: a common choice for large
+        fp16 GEMMs on Hopper (128 accumulator registers per thread, 4 stages)."""
+        return Sm90Config(
+            bm=128, bn=256, bk=64, cluster_m=1, cluster_n=2, schedule=Schedule.COOPERATIVE,
+            scheduler=Scheduler.PERSISTENT, epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32,
+        )
+
+    def make(self, params: dict[str, Any]) -> Sm90Config:
+        check_params(SPACE, params)
+        values = {k: _ENUMS[k](v) if k in _ENUMS else v for k, v in params.items()}
+        return Sm90Config(**values)
+
+    def prune(self, cfg: Sm90Config, arch: str) -> str | None:
+        if arch != ARCH:
+            return f"wgmma and TMA need {ARCH}; cannot build for {arch}"
+        if cfg.schedule is Schedule.COOPERATIVE and cfg.bm < 128:
+            return f"cooperative splits BM across 2 consumer warpgroups of 64 rows: needs BM >= 128, got {cfg.bm}"
+        if cfg.schedule is Schedule.PINGPONG and cfg.scheduler is Scheduler.STREAMK:
+            return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
+        if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
+            return (f"{regs} accumulator registers per consumer thread (> {MAX_ACC_REGS}) for a {cfg.bm}x{cfg.bn} "
+                    f"{cfg.acc.value} tile under {cfg.schedule.value}: it would spill")
+        stages = pipeline_stages(cfg)
+        if stages < 2:
+            return (f"only {stages} stage(s) of {stage_bytes(cfg)} bytes fit in {SMEM_CAPACITY} bytes of shared "
+                    "memory; CUTLASS's mainloop needs >= 2")
+        if (smem := smem_bytes(cfg)) > SMEM_CAPACITY:
+            return f"needs ~{smem} bytes of shared memory ({stages} stages); an sm_90 CTA has {SMEM_CAPACITY}"
+        return None
+
+    def supports(self, cfg: Sm90Config, task: Task) -> str | None:
+        if task.acc is Acc.FP32 and cfg.acc is Acc.FP16:
+            return "fp16 accumulation cannot meet an fp32-accuracy task"
+        if task.k % 8:
+            return f"TMA needs 16-byte aligned rows of A and B: K % 8 == 0, got K={task.k}"
+        if cfg.epilogue is Epilogue.TMA and task.n % 8:
+            return f"the TMA epilogue needs 16-byte aligned rows of C: N % 8 == 0, got N={task.n}"
+        return None
+
+    def render(self, cfg: Sm90Config) -> str:
+        if not isinstance(cfg, Sm90Config):
+            raise BadConfig(f"not an Sm90Config: {cfg!r}")
+        values = _template_values(self, cfg)
+        return "".join((
+            _HEADER.substitute(values), _INCLUDES, "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
+            _TYPES.substitute(values), _ENTRY.substitute(values),
+        ))
+
+
+FAMILY = Sm90Family()
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+
+
+def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
+    coop = cfg.schedule is Schedule.COOPERATIVE
+    kernel = "KernelTmaWarpSpecializedCooperative" if coop else "KernelTmaWarpSpecializedPingpong"
+    if cfg.epilogue is Epilogue.TMA:
+        epilogue = "TmaWarpSpecializedCooperative" if coop else "TmaWarpSpecialized"
+    else:
+        epilogue = "NoSmemWarpSpecialized"
+    stages = (
+        "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename "
+        "CollectiveEpilogue::SharedStorage))>"
+        if cfg.stages == 0 else f"cutlass::gemm::collective::StageCount<{cfg.stages}>"
+    )
+    scheduler = "StreamKScheduler" if cfg.scheduler is Scheduler.STREAMK else "PersistentScheduler"
+    n_align = "N % 8 == 0 (TMA store)" if cfg.epilogue is Epilogue.TMA else "any N"
+    design = {
+        Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
+                              "BM/2 rows,\n//     into register accumulators; the producer warpgroup gives its "
+                              "registers to them (setmaxnreg).",
+        Schedule.PINGPONG: "Two consumer warpgroups run wgmma (operands from shared memory) on alternate tiles: "
+                           "while one\n//     stores its tile (epilogue), the other computes the next one.",
+        Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
+                              "swizzled order.",
+        Scheduler.STREAMK: "Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
+                           "partial sums\n//     meet in the workspace and are reduced in a fixed order "
+                           "(deterministic).",
+        Epilogue.TMA: "Epilogue: accumulators -> half -> swizzled shared memory -> TMA store (clipped at M, N). "
+                      "C (beta * C) is void: never read.",
+        Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
+                         "C (beta * C) is void: never read.",
+    }
+    return {
+        "name": config_name(family, cfg),
+        "bm": str(cfg.bm), "bn": str(cfg.bn), "bk": str(cfg.bk),
+        "cm": str(cfg.cluster_m), "cn": str(cfg.cluster_n),
+        "schedule": cfg.schedule.value, "scheduler_name": cfg.scheduler.value, "epilogue_name": cfg.epilogue.value,
+        "stages_desc": "auto (as many as fit beside the epilogue)" if cfg.stages == 0 else str(cfg.stages),
+        "stages_est": str(pipeline_stages(cfg)), "smem_est": str(smem_bytes(cfg)),
+        "swizzle": str(cfg.swizzle), "acc": cfg.acc.value,
+        "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
+        "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
+        "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
+        "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
+    }
+
+
+_HEADER = string.Template(r"""// $name
+//
+// HGEMM for sm_90a (H100/H200), generated by cudal2.kernels.sm90 from CUTLASS 3.x collectives.
+//   C[M,N] = A[M,K] * B[N,K]^T, all row-major half; accumulate $acc.
+//
+// Config
+//   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
+//   kernel schedule    = $schedule ($kernel)
+//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle
+//   epilogue           = $epilogue_name ($epilogue)
+//   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
+//
+// Design
+//   - One producer warp issues TMA loads of A (BM x BK) and B (BN x BK) tiles into 128B-swizzled shared memory,
+//     multicast to the CTAs of a cluster that need the same tile, through an mbarrier pipeline of stages.
+//   - $schedule_design
+//   - $scheduler_design
+//   - $epilogue_design
+// Shapes: any M >= 1; K % 8 == 0 (16-byte TMA row strides of A and B); $n_align.
+// Workspace: Gemm::get_workspace_size (stream-K partials and flags; 0 for persistent), zeroed on `stream` by
+// CUTLASS's initialize() where it must be.
+
+""")
+
+_INCLUDES = """#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/kernel_hardware_info.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+// A named namespace below: CuTe opens anonymous namespaces inside namespace cute, and `using namespace cute;`
+// inside an anonymous namespace of ours makes nvcc's generated launch stub ambiguous.
+"""
+
+# The kernel's types, inside a namespace that has `using namespace cute;` (shared by render and probe_source).
+_TYPES = string.Template(r"""using ElementA = cutlass::half_t;
+using ElementB = cutlass::half_t;
+using ElementD = cutlass::half_t;
+using ElementAccumulator = $acc_type;
+using ElementCompute = float;                 // alpha = 1, beta = 0: exact in either precision
+using LayoutA = cutlass::layout::RowMajor;     // A[M,K], K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // B[N,K] viewed as K x N, K contiguous
+using LayoutD = cutlass::layout::RowMajor;     // C[M,N], N contiguous
+constexpr int kAlignAB = 8;                    // elements per 16-byte TMA access
+constexpr int kAlignD = $align_d;
+
+using TileShape = Shape<Int<$bm>, Int<$bn>, Int<$bk>>;
+using ClusterShape = Shape<Int<$cm>, Int<$cn>, _1>;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+    void, LayoutD, kAlignD,  // no C source
+    ElementD, LayoutD, kAlignD,
+    cutlass::epilogue::$epilogue>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+    ElementA, LayoutA, kAlignAB,
+    ElementB, LayoutB, kAlignAB,
+    ElementAccumulator, TileShape, ClusterShape,
+    $stage_count,
+    cutlass::gemm::$kernel>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>,  // M, N, K, L (L = 1 batch)
+    CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::$tile_scheduler>;
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+""")
+
+_ENTRY = string.Template(r"""
+// The same arguments for the workspace query and the call: the workspace size depends on them (SM count, shape).
+static typename Gemm::Arguments make_arguments(const half* A, const half* B, half* C, int M, int N, int K) {
+  int device = 0;
+  cutlass::KernelHardwareInfo hw;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    hw.device_id = device;
+    hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  }
+  // Packed strides (M, K, L), (N, K, L), (M, N, L); 64-bit so M * K past 2^31 elements stays exact.
+  typename GemmKernel::StrideA stride_a = make_stride(int64_t(K), _1{}, int64_t(M) * K);
+  typename GemmKernel::StrideB stride_b = make_stride(int64_t(K), _1{}, int64_t(N) * K);
+  typename GemmKernel::StrideD stride_d = make_stride(int64_t(N), _1{}, int64_t(M) * N);
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {M, N, K, 1},
+      {reinterpret_cast<const ElementA*>(A), stride_a, reinterpret_cast<const ElementB*>(B), stride_b},
+      {{}, nullptr, stride_d, reinterpret_cast<ElementD*>(C), stride_d},
+      hw};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.scheduler.max_swizzle_size = $swizzle;
+  return args;
+}
+
+}  // namespace cudal2_sm90
+
+extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
+  return cudal2_sm90::Gemm::get_workspace_size(cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, M, N, K));
+}
+
+// Returns 0 on success; 1 shape not implementable (alignment), 2 workspace too small, 3 initialize, 4 launch.
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+  using cudal2_sm90::Gemm;
+  typename Gemm::Arguments args = cudal2_sm90::make_arguments(A, B, C, M, N, K);
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
+  if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
+  Gemm gemm;
+  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
+  return 0;
+}
+""")
+
+
+def probe_source(family: Sm90Family, cfgs: list[Sm90Config]) -> str:
+    """A host program printing, per config, `index stages smem_bytes epilogue_smem_bytes` as CUTLASS computes them
+    (no kernel is instantiated, so it compiles fast and runs without a GPU); it calibrates and tests the smem model."""
+    blocks = [
+        f"namespace probe{i} {{\nusing namespace cute;\n{_TYPES.substitute(_template_values(family, c))}}}\n"
+        for i, c in enumerate(cfgs)
+    ]
+    prints = [
+        f'  printf("{i} %d %d %d\\n", probe{i}::CollectiveMainloop::DispatchPolicy::Stages, '
+        f"probe{i}::GemmKernel::SharedStorageSize, int(sizeof(probe{i}::CollectiveEpilogue::SharedStorage)));"
+        for i in range(len(cfgs))
+    ]
+    return "".join((_INCLUDES, "#include <cstdio>\n\n", *blocks, "\nint main() {\n", "\n".join(prints), "\n}\n"))

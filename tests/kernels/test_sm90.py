@@ -1,0 +1,286 @@
+"""The sm90 (wgmma/TMA, CUTLASS 3.x) family: space, make, prune and render on the CPU; a compile sample for sm_90a
+(nvcc); correctness of a config sample through the evaluator on an H200 (gpu).
+
+CI cost (2 cores): two configs compiled in parallel (~90 s) plus one host-only probe of CUTLASS's shared memory
+figures (~20 s); everything else is Python.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from cudal2.kernels.family import BadConfig, config_name
+from cudal2.kernels.sm90 import (
+    FAMILY,
+    SMEM_CAPACITY,
+    Epilogue,
+    Schedule,
+    Scheduler,
+    Sm90Config,
+    acc_regs,
+    pipeline_stages,
+    probe_source,
+    smem_bytes,
+)
+from cudal2.sandbox.compiler import nvcc_flags
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
+from cudal2.sandbox.runner import RunLimits
+from cudal2.sandbox.static_check import check_source
+from cudal2.sandbox.types import Acc, Status, Task
+
+ARCH = "sm_90a"
+DEFAULT = FAMILY.default()
+
+
+def cfg(**changes) -> Sm90Config:
+    return replace(DEFAULT, **changes)
+
+
+def every_config():
+    space = FAMILY.space()
+    for values in itertools.product(*space.values()):
+        yield FAMILY.make(dict(zip(space, values, strict=True)))
+
+
+def prepare_all(evaluator: Evaluator, jobs: list[tuple[str, list[Task]]]) -> list[Prepared]:
+    """The CPU stages (static rules, nvcc, link check) of several (source, tasks) at once: nvcc is single-threaded."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        return list(pool.map(lambda job: evaluator.prepare(*job), jobs))
+
+
+# ----------------------------------------------------------------------------------------- space and make
+
+
+def test_default_is_in_the_space_and_worth_compiling():
+    assert FAMILY.make(vars(DEFAULT)) == DEFAULT
+    assert FAMILY.prune(DEFAULT, ARCH) is None
+    assert FAMILY.archs == (ARCH,)
+
+
+def test_make_converts_strings_to_enums_and_round_trips():
+    params = {**vars(DEFAULT), "schedule": "pingpong", "scheduler": "persistent", "epilogue": "nosmem",
+              "acc": "fp16", "bm": 64}
+    made = FAMILY.make(params)
+    assert made.schedule is Schedule.PINGPONG and made.epilogue is Epilogue.NOSMEM and made.acc is Acc.FP16
+    assert FAMILY.make(vars(made)) == made
+    assert hash(made) == hash(FAMILY.make(params))
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({**vars(DEFAULT), "warps": 4}, "unknown parameter 'warps'"),
+        ({**vars(DEFAULT), "bm": 96}, "bm=96 is not one of"),
+        ({**vars(DEFAULT), "schedule": "basic"}, "schedule='basic' is not one of"),
+        ({**vars(DEFAULT), "stages": 1}, "stages=1 is not one of"),
+        ({k: v for k, v in vars(DEFAULT).items() if k != "swizzle"}, "missing parameter(s): swizzle"),
+    ],
+)
+def test_make_rejects_params_outside_the_space(params, message):
+    with pytest.raises(BadConfig, match=message.replace("(", r"\(").replace(")", r"\)")):
+        FAMILY.make(params)
+
+
+def test_render_rejects_a_foreign_config():
+    with pytest.raises(BadConfig):
+        FAMILY.render({"bm": 128})
+
+
+def test_config_names_are_distinct_and_stable():
+    names = {config_name(FAMILY, c) for c in itertools.islice(every_config(), 500)}
+    assert len(names) == 500
+    assert config_name(FAMILY, DEFAULT) == (
+        "sm90_wgmma-bm128-bn256-bk64-cluster_m1-cluster_n2-schedulecooperative-schedulerpersistent-epiloguetma"
+        "-stages0-swizzle1-accfp32"
+    )
+
+
+# -------------------------------------------------------------------------------------------------- prune
+
+
+@pytest.mark.parametrize(
+    "config, reason",
+    [
+        (cfg(bm=64), "needs BM >= 128"),
+        (cfg(schedule=Schedule.PINGPONG, scheduler=Scheduler.STREAMK, bn=128), "does not support the stream-K"),
+        (cfg(bm=256, bn=256), "256 accumulator registers"),
+        (cfg(schedule=Schedule.PINGPONG, bm=128, bn=256), "256 accumulator registers"),
+        (cfg(bm=256, bn=256, bk=128, acc=Acc.FP16), "only 1 stage(s)"),
+        (cfg(bn=128, stages=8), "bytes of shared memory"),
+    ],
+)
+def test_prune_gives_the_reason(config, reason):
+    why = FAMILY.prune(config, ARCH)
+    assert why is not None and reason in why
+
+
+def test_prune_refuses_other_archs():
+    for arch in ("sm_80", "sm_90", "sm_100a"):
+        assert "sm_90a" in FAMILY.prune(DEFAULT, arch)
+
+
+def test_prune_is_consistent_with_the_models_over_the_whole_space():
+    kept = 0
+    for c in every_config():
+        why = FAMILY.prune(c, ARCH)
+        if why is None:
+            kept += 1
+            assert smem_bytes(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
+            assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
+            assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
+        else:
+            assert why and "\n" not in why
+    total = 1
+    for values in FAMILY.space().values():
+        total *= len(values)
+    assert 0.1 * total < kept < total  # the space is mostly usable but prune does cut
+
+
+def test_fp16_accumulators_take_half_the_registers():
+    assert acc_regs(cfg(bm=256, bn=256, acc=Acc.FP16)) == 128
+    assert FAMILY.prune(cfg(bm=256, bn=256, acc=Acc.FP16), ARCH) is None
+
+
+# ----------------------------------------------------------------------------------------------- supports
+
+
+def test_supports_alignment_and_accumulation():
+    assert FAMILY.supports(DEFAULT, Task(77, 1000, 336)) is None
+    assert FAMILY.supports(DEFAULT, Task(1, 4096, 4096)) is None
+    assert "K % 8" in FAMILY.supports(DEFAULT, Task(64, 64, 333))
+    assert "N % 8" in FAMILY.supports(DEFAULT, Task(64, 1001, 64))
+    nosmem = cfg(epilogue=Epilogue.NOSMEM)
+    assert FAMILY.supports(nosmem, Task(64, 1001, 64)) is None  # predicated stores: any N
+    assert "K % 8" in FAMILY.supports(nosmem, Task(64, 1001, 63))
+    fp16 = cfg(acc=Acc.FP16)
+    assert "fp16 accumulation" in FAMILY.supports(fp16, Task(64, 64, 64, Acc.FP32))
+    assert FAMILY.supports(fp16, Task(64, 64, 64, Acc.FP16)) is None
+    assert FAMILY.supports(DEFAULT, Task(64, 64, 64, Acc.FP16)) is None  # fp32 accumulation is always accurate
+
+
+# ------------------------------------------------------------------------------------------------- render
+
+
+def test_render_is_readable_and_follows_the_contract_rules():
+    src = FAMILY.render(DEFAULT)
+    assert src.startswith(f"// {config_name(FAMILY, DEFAULT)}\n")
+    for line in ("tile BM x BN x BK  = 128 x 256 x 64", "cluster = 1x2x1", "KernelTmaWarpSpecializedCooperative",
+                 "PersistentScheduler", "TmaWarpSpecializedCooperative", "StageCountAutoCarveout"):
+        assert line in src
+    assert 'extern "C" int cudal2_hgemm(' in src and 'extern "C" size_t cudal2_workspace_bytes(' in src
+    assert "Gemm::get_workspace_size" in src and "gemm.initialize(args, workspace, stream)" in src
+    assert "$" not in src  # every template field substituted
+    assert check_source(src) == []
+
+
+def test_render_maps_every_choice_into_the_source():
+    src = FAMILY.render(cfg(bm=256, bn=64, bk=128, cluster_m=2, cluster_n=1, schedule=Schedule.PINGPONG,
+                            epilogue=Epilogue.NOSMEM, stages=3, swizzle=8, acc=Acc.FP16))
+    for piece in ("Shape<Int<256>, Int<64>, Int<128>>", "Shape<Int<2>, Int<1>, _1>", "KernelTmaWarpSpecializedPingpong",
+                  "NoSmemWarpSpecialized", "StageCount<3>", "max_swizzle_size = 8",
+                  "using ElementAccumulator = cutlass::half_t;", "kAlignD = 1;"):
+        assert piece in src, piece
+    assert "StreamKScheduler" in FAMILY.render(cfg(scheduler=Scheduler.STREAMK))
+    assert check_source(src) == []
+
+
+def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
+    kept = [c for c in itertools.islice(every_config(), 0, None, 97) if FAMILY.prune(c, ARCH) is None]
+    sources = [FAMILY.render(c) for c in kept]
+    assert len(set(sources)) == len(sources) > 10
+    for src in sources:
+        assert check_source(src) == []
+
+
+# ---------------------------------------------------------------------------------------------------- nvcc
+
+# Two configs that together take every value of schedule, scheduler, epilogue, acc, cluster and stages mode.
+COMPILE_SAMPLE = [
+    cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM,
+        acc=Acc.FP16),
+    cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2),
+]
+
+
+@pytest.mark.nvcc
+def test_compile_sample_for_sm90a(tmp_path):
+    evaluator = Evaluator(EvalOptions(compile_only=True, arch=ARCH, cache_dir=tmp_path))
+    task = Task(4096, 4096, 4096, Acc.FP16)
+    prepared = prepare_all(evaluator, [(FAMILY.render(c), [task]) for c in COMPILE_SAMPLE])
+    for c, p in zip(COMPILE_SAMPLE, prepared, strict=True):
+        shape = p.final.shapes[0]
+        assert shape.status is Status.COMPILED, f"{config_name(FAMILY, c)}: {shape.status.value}: {shape.reason}"
+        (kernel,) = p.compile.kernels
+        assert kernel.spill_store_bytes == 0 and kernel.stack_bytes == 0, kernel
+        assert "C7511" not in p.compile.log  # ptxas: "wgmma.mma_async instructions are serialized"
+
+
+# Configs whose shared memory the probe measures: auto and fixed stages, both schedules and epilogues, clusters,
+# stream-K; the last one is pruned for shared memory and must really be over the limit.
+PROBE_SAMPLE = [
+    DEFAULT,
+    cfg(bm=256, bn=128, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK),
+    cfg(bm=128, bn=64, bk=128, epilogue=Epilogue.NOSMEM),
+    cfg(bm=64, bn=128, schedule=Schedule.PINGPONG, cluster_n=1),
+    cfg(bm=256, bn=64, schedule=Schedule.PINGPONG, epilogue=Epilogue.NOSMEM, stages=5),
+    cfg(bm=256, bn=256, acc=Acc.FP16, cluster_m=2, cluster_n=2),
+    cfg(bm=128, bn=128, stages=2, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM),
+    cfg(bm=128, bn=128, stages=7),  # pruned: over the limit
+]
+
+
+@pytest.mark.nvcc
+def test_smem_model_matches_cutlass(tmp_path):
+    """CUTLASS's own stage count and sizeof(SharedStorage), from a host-only probe, against the Python model."""
+    (tmp_path / "probe.cu").write_text(probe_source(FAMILY, PROBE_SAMPLE))
+    flags = [f for f in nvcc_flags(ARCH) if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
+    subprocess.run(["nvcc", *flags, "-o", str(tmp_path / "probe"), "probe.cu"], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    out = subprocess.run([str(tmp_path / "probe")], check=True, capture_output=True, text=True, timeout=60).stdout
+    rows = [tuple(map(int, line.split())) for line in out.splitlines()]
+    assert [r[0] for r in rows] == list(range(len(PROBE_SAMPLE)))
+    for (_, stages, smem, _epi), c in zip(rows, PROBE_SAMPLE, strict=True):
+        name = config_name(FAMILY, c)
+        assert stages == pipeline_stages(c), name
+        assert smem <= smem_bytes(c) < smem + 2048, f"{name}: CUTLASS {smem} bytes, model {smem_bytes(c)}"
+        assert (FAMILY.prune(c, ARCH) is None) == (smem <= SMEM_CAPACITY), name
+
+
+# ----------------------------------------------------------------------------------------------------- GPU
+
+GPU_SAMPLE = [
+    DEFAULT,
+    cfg(bm=128, bn=128, cluster_n=1, scheduler=Scheduler.STREAMK),
+    cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, schedule=Schedule.PINGPONG, epilogue=Epilogue.NOSMEM, stages=4,
+        swizzle=2),
+    cfg(bm=256, bn=128, cluster_m=2, cluster_n=1, epilogue=Epilogue.NOSMEM, acc=Acc.FP16),
+]
+LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192)]
+ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72)]  # the last one: N % 8 != 0, the no-smem epilogue only
+# Correctness only (the runtime checks all run); no baselines, short timing: benchmarks/sm90_gpu.py measures.
+GPU_CHECKS = EvalOptions(fresh=True, baselines=False, target_ms=5, warmup_ms=2, min_reps=3, max_reps=10,
+                         compile_timeout_s=300, limits=RunLimits(start_timeout_s=60, task_timeout_s=30))
+
+
+def gpu_tasks(c: Sm90Config) -> list[Task]:
+    tasks = [Task(m, n, k, c.acc) for m, n, k in LARGE + ODD]
+    return [t for t in tasks if FAMILY.supports(c, t) is None]
+
+
+@pytest.mark.gpu
+def test_gpu_sample_is_correct():
+    evaluator = Evaluator(GPU_CHECKS)
+    prepared = prepare_all(evaluator, [(FAMILY.render(c), gpu_tasks(c)) for c in GPU_SAMPLE])  # then run one by one
+    failures = []
+    for c, p in zip(GPU_SAMPLE, prepared, strict=True):
+        assert len(p.tasks) >= len(LARGE) + 2
+        for s in evaluator.run(p).shapes:
+            if s.status is not Status.OK:
+                failures.append(f"{config_name(FAMILY, c)} {s.task.mnk} {s.task.acc.value}: {s.status.value}: "
+                                f"{s.reason}")
+    assert not failures, "\n".join(failures)
