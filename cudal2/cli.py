@@ -63,7 +63,119 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("--out", default="runs/ablate", help="one output dir per run is made under this")
     ab.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: more train.py arguments for every run")
     ab.set_defaults(func=cmd_ablate)
+    _add_report_parser(sub)
+    _add_export_parser(sub)
+    _add_tune_parser(sub)
     return parser
+
+
+def _add_tune_parser(sub) -> None:
+    from cudal2.tune import FAMILIES, TuneOptions
+    from cudal2.tune_search import Strategy
+
+    d = TuneOptions()
+    tu = sub.add_parser("tune", help="search the generated kernel families for the fastest kernel per shape")
+    tu.add_argument("--shapes", default=None, help="shape CSV, optionally :train or :heldout (data/grid.csv:train)")
+    tu.add_argument("--mnk", action="append", default=[], help="shape M_N_K (repeatable)")
+    tu.add_argument("--acc", default="fp32", choices=[a.value for a in Acc], help="accumulation for --mnk shapes")
+    tu.add_argument("--family", action="append", default=None, choices=[f.name for f in FAMILIES] + ["all"],
+                    help="kernel family to search (repeatable; default all)")
+    tu.add_argument("--strategy", default=d.strategy.value, choices=[s.value for s in Strategy])
+    tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
+    tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
+    tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")
+    tu.add_argument("--target-ms", type=float, default=d.target_ms, help="timing budget per kernel per shape")
+    tu.add_argument("--jobs", type=int, default=0, help="concurrent compiles (default: CPU cores)")
+    tu.add_argument("--compile-only", action="store_true", help="no GPU: compile and record compile outcomes only")
+    tu.add_argument("--arch", default=None, help="nvcc target (default: the GPU's, else sm_90a)")
+    tu.add_argument("--gpu", type=int, default=0, help="GPU index")
+    tu.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    tu.add_argument("--show", action="store_true", help="print the best stored kernel per shape and exit")
+    tu.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from cudal2 import tune
+    from cudal2.tune_search import Strategy
+
+    try:
+        tasks = tune.load_tasks(args.shapes, args.mnk, args.acc)
+        if args.show:
+            print(tune.show(tasks, args.db))
+            return EXIT_OK
+        options = tune.TuneOptions(
+            families=tuple(args.family or ["all"]), strategy=Strategy(args.strategy),
+            budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
+            compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
+            target_ms=args.target_ms, compile_workers=args.jobs)
+        summary = tune.run(options, tasks)
+    except (tune.TuneInputError, StoreError) as e:
+        raise UsageError(str(e)) from None
+    print(summary.render())
+    if not args.compile_only:
+        print(tune.best_table(tasks, summary.best))
+    return EXIT_OK if summary.succeeded else EXIT_FAILED
+
+
+def _add_export_parser(sub) -> None:
+    ex = sub.add_parser("export", help="write the best verified kernel per shape as a library for cudal2.ops")
+    ex.add_argument("--out", required=True, help="library directory: <M>_<N>_<K>.cu per shape plus manifest.json")
+    ex.add_argument("--gpu", default=None, help="GPU label as stored, or a unique part of it, e.g. h200 "
+                    "(default: this machine's GPU, else the store's only one)")
+    ex.add_argument("--acc", default="fp32", choices=[a.value for a in Acc])
+    ex.add_argument("--mode", default="offline", choices=[m.value for m in Mode])
+    ex.add_argument("--min-speedup", type=float, default=1.02, help="export a kernel only this much faster than "
+                    "--baseline (0: every verified kernel)")
+    ex.add_argument("--baseline", default="cublas", choices=BASELINES)
+    ex.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    ex.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    from cudal2 import export
+
+    db = Path(args.db) if args.db else default_db_path()
+    if not db.is_file():
+        raise UsageError(f"{db}: no result store there (evaluate kernels first, or pass --db)")
+    try:
+        with _open_store(str(db)) as store:
+            gpu = export.resolve_gpu(store.ok_gpus(), args.gpu, getattr(detect_gpu(), "label", None))
+            plan = export.plan_export(store, export.ExportRequest(gpu, Acc(args.acc), Mode(args.mode),
+                                                                  args.min_speedup, args.baseline))
+        print(export.render(plan))
+        if not plan.manifest.kernels:
+            print("cudal2: nothing to export: no library written", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"library written: {export.write_library(Path(args.out), plan)}")
+    except export.ExportError as e:
+        raise UsageError(str(e)) from None
+    return EXIT_OK
+
+
+def _add_report_parser(sub) -> None:
+    rp = sub.add_parser("report", help="leaderboard: best verified kernel per shape vs the baselines, as markdown")
+    rp.add_argument("--shapes", required=True, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
+    rp.add_argument("--gpu", default=None, help="GPU label the results were stored under, e.g. "
+                    "'NVIDIA H200 (sm_90a)' (default: this machine's GPU, else the store's only one)")
+    rp.add_argument("--mode", default="offline", choices=[m.value for m in Mode])
+    rp.add_argument("--acc", default=None, choices=[a.value for a in Acc], help="override the shape file's acc")
+    rp.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    rp.add_argument("--out", default=None, help="write the markdown here instead of printing it")
+    rp.add_argument("--heatmap", default=None, help="also draw a PNG heatmap of speedup vs cuBLAS (needs matplotlib)")
+    rp.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from cudal2 import report
+
+    req = report.ReportRequest(args.shapes, args.gpu, Mode(args.mode), Acc(args.acc) if args.acc else None,
+                               Path(args.db) if args.db else default_db_path(),
+                               Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None)
+    try:
+        print(report.run(req))
+    except report.ReportError as e:
+        raise UsageError(str(e)) from None
+    return EXIT_OK
 
 
 def cmd_ablate(args) -> int:

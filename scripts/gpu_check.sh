@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|tune|all]   (default all = smoke, tests, bench)
+#     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
+#     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
@@ -56,5 +58,20 @@ if [[ $what == train ]]; then
   mkdir -p /tmp/runs
   grpo "trainer + pool on GPU 0" 0 shared
   (( ngpu >= 2 )) && grpo "trainer GPU 0, pool GPU 1..$((ngpu - 1))" "$(seq -s, 1 $((ngpu - 1)))" split
+fi
+if [[ $what == family ]]; then
+  python3 -m pytest -m gpu -q --timeout=400 tests/kernels tests/test_tune.py tests/test_ops.py -p no:cacheprovider \
+    2>&1 | tee "$OUT/pytest_family.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
+  python3 benchmarks/ops_bench.py --out "$OUT/ops_bench.json" 2>&1 | tee "$OUT/ops_bench.log" || rc=1
+fi
+if [[ $what == tune ]]; then
+  python3 benchmarks/tune_gpu.py --budget-minutes "${TUNE_MINUTES:-3}" --db "$OUT/tune.sqlite" 2>&1 | tee "$OUT/tune.log" || rc=1
+  for set in data/grid.csv data/llm_shapes.csv; do
+    name=$(basename "$set" .csv)
+    python3 -m cudal2.cli report --shapes "$set" --db "$OUT/tune.sqlite" --out "$OUT/report_$name.md" \
+      --heatmap "$OUT/heatmap_$name.png" 2>&1 | tail -40 || rc=1
+  done
 fi
 exit $rc

@@ -1,0 +1,155 @@
+"""CUDA source fragments shared by the generated mma.sync families (sm80_mma, small_mma).
+
+Each constant is a block of readable CUDA C++ that a family pastes into its rendered source, so that the PTX
+wrappers, the accumulator fragment and the guarded epilogue are written (and reviewed) once. Nothing here is
+parameterised by a config except through the named constants the including source defines before it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import fields
+from typing import Any
+
+from cudal2.sandbox.types import Acc
+
+INCLUDES = """\
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+"""
+
+# The m16n8k16 fragment layouts every mma.sync kernel here relies on, for the header comment.
+FRAGMENT_LAYOUTS = """\
+Fragment layouts of mma.sync.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
+  A (16x16, row-major): a0 = (row g, k 2t..2t+1)   a1 = (row g+8, k 2t..2t+1)
+                        a2 = (row g, k 2t+8..+9)   a3 = (row g+8, k 2t+8..+9)       (each a .b32 = 2 halves)
+  B (16x8, "col" = our [n][k] rows): b0 = (k 2t..2t+1, col g)   b1 = (k 2t+8..+9, col g)
+  C/D (16x8): c0, c1 = (row g, cols 2t, 2t+1)   c2, c3 = (row g+8, cols 2t, 2t+1)
+      fp32 accumulate: 4 float registers; fp16 accumulate: 2 .b32 registers, each a half2 {c0, c1} / {c2, c3}."""
+
+# PTX wrappers for the cp.async / ldmatrix path (sm80_mma).
+ASYNC_COPY_PTX = """\
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 reads nothing and fills the 16 bytes with zeros.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lanes 8j..8j+7 give the row addresses of matrix j, register j of lane l receives
+// row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of matrix j.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+"""
+
+_ACC_FP32 = """\
+// Accumulator of one m16n8 tile, fp32: c0..c3 as in the fragment layout above.
+struct AccFrag {
+    float c[4];
+};
+
+__device__ __forceinline__ void acc_zero(AccFrag& d) { d.c[0] = d.c[1] = d.c[2] = d.c[3] = 0.0f; }
+
+// D = A * B + D, m16n8k16, A row-major f16, B column-major f16, fp32 accumulate.
+__device__ __forceinline__ void mma_16816(AccFrag& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n"
+        : "+f"(d.c[0]), "+f"(d.c[1]), "+f"(d.c[2]), "+f"(d.c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// v[0], v[1] = (row g, cols 2t, 2t+1); v[2], v[3] = (row g+8, same cols).
+__device__ __forceinline__ void acc_to_float(const AccFrag& d, float (&v)[4]) {
+    v[0] = d.c[0];
+    v[1] = d.c[1];
+    v[2] = d.c[2];
+    v[3] = d.c[3];
+}
+"""
+
+_ACC_FP16 = """\
+// Accumulator of one m16n8 tile, fp16: c[0] = half2 {c0, c1} (row g), c[1] = half2 {c2, c3} (row g+8).
+struct AccFrag {
+    uint32_t c[2];
+};
+
+__device__ __forceinline__ void acc_zero(AccFrag& d) { d.c[0] = d.c[1] = 0u; }
+
+// D = A * B + D, m16n8k16, A row-major f16, B column-major f16, fp16 accumulate (for fp16-accuracy tasks only).
+__device__ __forceinline__ void mma_16816(AccFrag& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+        "{%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%0, %1};\\n"
+        : "+r"(d.c[0]), "+r"(d.c[1])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// v[0], v[1] = (row g, cols 2t, 2t+1); v[2], v[3] = (row g+8, same cols). half -> float is exact.
+__device__ __forceinline__ void acc_to_float(const AccFrag& d, float (&v)[4]) {
+    const float2 lo = __half22float2(reinterpret_cast<const half2&>(d.c[0]));
+    const float2 hi = __half22float2(reinterpret_cast<const half2&>(d.c[1]));
+    v[0] = lo.x;
+    v[1] = lo.y;
+    v[2] = hi.x;
+    v[3] = hi.y;
+}
+"""
+
+
+def accumulator(acc: Acc) -> str:
+    """The AccFrag type with acc_zero / mma_16816 / acc_to_float for fp32 or fp16 accumulation."""
+    return _ACC_FP32 if acc is Acc.FP32 else _ACC_FP16
+
+
+STORE_PAIR = """\
+// Write (v0, v1) to C[row][col], C[row][col+1] (rounded to nearest even), skipping what lies outside M x N.
+// vec: N even and C 4-byte aligned, so an even col < N has col + 1 < N and a 4-byte aligned address.
+__device__ __forceinline__ void store_pair(half* __restrict__ C, int M, int N, bool vec, int row, int col,
+                                           float v0, float v1) {
+    if (row >= M) return;
+    half* p = C + (size_t)row * (size_t)N + col;
+    if (vec) {
+        if (col < N) *reinterpret_cast<half2*>(p) = __floats2half2_rn(v0, v1);
+    } else {
+        if (col < N) p[0] = __float2half_rn(v0);
+        if (col + 1 < N) p[1] = __float2half_rn(v1);
+    }
+}
+"""
+
+
+def comment_block(text: str) -> str:
+    """`text` as `// ` comment lines (blank lines become `//`)."""
+    return "\n".join(f"// {line}".rstrip() for line in textwrap.dedent(text).strip("\n").splitlines())
+
+
+def config_lines(cfg: Any) -> str:
+    """One `name = value` line per config field, for a header comment."""
+    def show(v: Any) -> str:
+        return str(getattr(v, "value", v))
+
+    return "\n".join(f"  {f.name:<11} = {show(getattr(cfg, f.name))}" for f in fields(cfg))
+
+
+def constants(rows: list[tuple[str, str, str, str]]) -> str:
+    """`constexpr TYPE NAME = VALUE;  // comment` lines, comments aligned: rows of (type, name, value, comment)."""
+    code = [f"constexpr {t} {name} = {value};" for t, name, value, _ in rows]
+    width = max(len(c) for c in code) + 2
+    return "\n".join(f"{c:<{width}}// {comment}" for c, (*_, comment) in zip(code, rows, strict=True))
+

@@ -1,0 +1,349 @@
+"""Small-shape HGEMM family: one lean launch for launch-bound shapes (MNK below ~2^27, e.g. 64x64x64, 128x4096x64).
+
+At these sizes a call costs about one kernel launch (~0.5 us in a CUDA graph) plus a memory round trip; cuBLAS
+takes ~2 us at 64^3. Every config renders one source with a single kernel and no workspace, no shared-memory
+pipeline and no host-side setup beyond the launch:
+
+    fragments   each lane loads its mma.sync m16n8k16 A and B fragments straight from global memory (no shared
+                memory staging, no barriers in the main loop); one 16-byte load per lane covers two k16 steps
+                (k permuted identically in A and B, so the sum is unchanged)
+    K split     WARPS_K warps of one block share an output tile and take interleaved K chunks; their fp32
+                partials are summed in shared memory in a fixed order at the end (deterministic)
+    any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
+                loads otherwise; everything outside the matrices reads as zero and is never written
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from cudal2.kernels import cuda_parts
+from cudal2.kernels.family import BadConfig, check_params, config_name
+from cudal2.sandbox.types import Acc, Task
+
+MAX_THREADS = 1024
+REGS_PER_SM = 65536
+MAX_REGS_PER_THREAD = 255
+STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ per block without the dynamic opt-in
+OVERHEAD_REGS = 24  # addresses, loop counters, predicates beyond accumulators and loaded fragments
+# Largest M*N*K the tuner sends this family: beyond it the missing shared-memory reuse makes these kernels far
+# slower than sm80_mma, and timing one on a 2^38-FLOP shape would take seconds of GPU time per call. The kernels
+# themselves are correct for every shape.
+MAX_MNK = 1 << 30
+
+
+@dataclass(frozen=True)
+class SmallConfig:
+    """One kernel: a bm x bn tile per block, warps_m x warps_n x warps_k warps, k_unroll 32-wide K steps per load
+    batch (loads of a batch are all issued before its mma)."""
+
+    bm: int
+    bn: int
+    warps_m: int
+    warps_n: int
+    warps_k: int
+    k_unroll: int
+    acc: Acc
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n * self.warps_k
+
+    @property
+    def warp_m(self) -> int:
+        return self.bm // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.bn // self.warps_n
+
+    @property
+    def reduce_smem_bytes(self) -> int:
+        """fp32 partial tiles of warps_k - 1 K-warp groups."""
+        return (self.warps_k - 1) * self.bm * self.bn * 4
+
+    @property
+    def est_registers(self) -> int:
+        mi, ni = self.warp_m // 16, self.warp_n // 8
+        acc_words = mi * ni * (4 if self.acc is Acc.FP32 else 2)
+        return acc_words + self.k_unroll * (2 * mi + ni) * 4 + OVERHEAD_REGS
+
+
+SPACE: dict[str, tuple[Any, ...]] = {
+    "bm": (16, 32, 64, 128),
+    "bn": (16, 32, 64, 128),
+    "warps_m": (1, 2, 4),
+    "warps_n": (1, 2, 4),
+    "warps_k": (1, 2, 4, 8),
+    "k_unroll": (1, 2, 4),
+    "acc": tuple(Acc),
+}
+
+
+class SmallFamily:
+    """Single-launch register-fragment kernels for launch-bound shapes (see the module docstring)."""
+
+    name = "small"
+    archs = ("sm_80", "sm_90a")
+
+    def space(self) -> dict[str, tuple[Any, ...]]:
+        return dict(SPACE)
+
+    def default(self) -> SmallConfig:
+        """32x64 tiles, 2 warps along N and 2 along K (128 threads): many blocks even for 64x64 outputs."""
+        return SmallConfig(bm=32, bn=64, warps_m=1, warps_n=2, warps_k=2, k_unroll=1, acc=Acc.FP32)
+
+    def make(self, params: dict[str, Any]) -> SmallConfig:
+        values = dict(params)
+        if "acc" in values:
+            try:
+                values["acc"] = Acc(values["acc"])
+            except ValueError:
+                raise BadConfig(f"acc={values['acc']!r} is not one of {[a.value for a in Acc]}") from None
+        check_params(SPACE, values)
+        return SmallConfig(**values)
+
+    def prune(self, cfg: SmallConfig, arch: str) -> str | None:
+        if cfg.threads > MAX_THREADS:
+            return (f"{cfg.warps_m}x{cfg.warps_n}x{cfg.warps_k} warps = {cfg.threads} threads per block "
+                    f"(> {MAX_THREADS})")
+        if cfg.bm % cfg.warps_m or cfg.bn % cfg.warps_n or cfg.warp_m % 16 or cfg.warp_n % 8:
+            return (f"warp tile {cfg.bm}/{cfg.warps_m} x {cfg.bn}/{cfg.warps_n} does not split into m16n8k16 "
+                    "fragments (needs warp M a multiple of 16 and warp N of 8)")
+        regs = cfg.est_registers
+        if regs > MAX_REGS_PER_THREAD:
+            return (f"accumulator + fragment registers estimate {regs}/thread over {MAX_REGS_PER_THREAD} "
+                    f"(warp tile {cfg.warp_m}x{cfg.warp_n}, k_unroll {cfg.k_unroll}): it would spill")
+        cap = min(MAX_REGS_PER_THREAD, REGS_PER_SM // cfg.threads // 8 * 8)
+        if regs > cap:
+            return f"registers estimate {regs}/thread over the {cap} a block of {cfg.threads} threads allows"
+        if cfg.reduce_smem_bytes > STATIC_SMEM_LIMIT:
+            return (f"shared memory {cfg.reduce_smem_bytes} B for the {cfg.warps_k}-way K reduction of a "
+                    f"{cfg.bm}x{cfg.bn} fp32 tile over the {STATIC_SMEM_LIMIT} B static limit")
+        return None
+
+    def supports(self, cfg: SmallConfig, task: Task) -> str | None:
+        if cfg.acc is Acc.FP16 and task.acc is Acc.FP32:
+            return "fp16 accumulation cannot meet an fp32-accuracy task"
+        if task.m * task.n * task.k > MAX_MNK:
+            return (f"M*N*K = {task.m * task.n * task.k} is not launch-bound (> 2^30): the small family leaves it to "
+                    "the tiled families")
+        return None
+
+    def render(self, cfg: SmallConfig) -> str:
+        if not isinstance(cfg, SmallConfig):
+            raise BadConfig(f"not a SmallConfig: {cfg!r}")
+        return _TEMPLATE.substitute(_values(self, cfg))
+
+
+def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
+    mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
+    design = f"""\
+Config {config_name(family, cfg)}
+{cuda_parts.config_lines(cfg)}
+
+C[M,N] = A[M,K] * B[N,K]^T ("TN", torch.nn.functional.linear's layout), all row-major half in memory:
+C[m][n] = sum_k A[m*K + k] * B[n*K + k]; {cfg.acc.value} accumulation. One launch, no workspace.
+
+Tiling
+  Block tile {cfg.bm} (M) x {cfg.bn} (N), grid (ceil(N/{cfg.bn}), ceil(M/{cfg.bm})); {cfg.threads} threads =
+  {cfg.warps_m} (M) x {cfg.warps_n} (N) x {cfg.warps_k} (K) warps. Warp tile {cfg.warp_m} x {cfg.warp_n} = {mi} m16 x {ni} n8
+  accumulator tiles. K-warp w takes the {32 * cfg.k_unroll}-wide K chunks w, w + {cfg.warps_k}, w + {2 * cfg.warps_k}, ...
+Fragments straight from global memory (no shared memory in the main loop)
+  Per 32-wide K step lane (g, t) loads 8 consecutive halves k0 + 8t .. k0 + 8t + 7 of A rows g and g+8 (per m16
+  tile) and of B row g (per n8 tile): words w0..w3 (2 halves each). mma k-step 0 takes a = (lo.w0, hi.w0,
+  lo.w1, hi.w1), b = (w0, w1); k-step 1 takes w2, w3. The mma's logical k 2t, 2t+1, 2t+8, 2t+9 thus map to
+  physical k 8t+4s .. 8t+4s+3 in A and B alike: a permutation of the 32 k's, so each product is summed once.
+  A quad of lanes reads 64 contiguous bytes of a row. {cfg.k_unroll} K step(s) of loads are issued before their mma.
+K reduction ({cfg.warps_k} K-warps)
+  K-warps 1..{cfg.warps_k - 1} park fp32 partials in shared memory ({cfg.reduce_smem_bytes} B, lane-major: conflict free);
+  after one barrier K-warp 0 adds them in order 1, 2, ... (deterministic) and stores the tile.
+Shapes
+  Any M, N, K >= 1: 16-byte loads when K % 8 == 0 and A, B are 16-byte aligned, 4-byte loads when K is even
+  and A, B 4-byte aligned, 2-byte loads otherwise; out-of-range rows and k read as zero. C: half2 stores when N
+  is even and C is 4-byte aligned, element stores otherwise; nothing outside M x N is written.
+
+{cuda_parts.FRAGMENT_LAYOUTS}"""
+    return {
+        "header": cuda_parts.comment_block(design),
+        "includes": cuda_parts.INCLUDES,
+        "constants": cuda_parts.constants([
+            ("int", "BM", str(cfg.bm), "block tile rows (M)"),
+            ("int", "BN", str(cfg.bn), "block tile columns (N)"),
+            ("int", "WARPS_M", str(cfg.warps_m), "warps along M"),
+            ("int", "WARPS_N", str(cfg.warps_n), "warps along N"),
+            ("int", "WARPS_K", str(cfg.warps_k), "warps sharing one output tile, splitting K"),
+            ("int", "K_UNROLL", str(cfg.k_unroll), "32-wide K steps loaded per batch"),
+        ]),
+        "accumulator": cuda_parts.accumulator(cfg.acc),
+        "store_pair": cuda_parts.STORE_PAIR,
+    }
+
+
+_TEMPLATE = string.Template(r"""// Generated by cudal2.kernels.small (family small): single-launch register-fragment HGEMM for small shapes.
+$header
+
+$includes
+namespace {
+
+// ---- configuration ----------------------------------------------------------------------------------------
+$constants
+
+// ---- derived ----------------------------------------------------------------------------------------------
+constexpr int WARPS_MN = WARPS_M * WARPS_N;
+constexpr int THREADS = 32 * WARPS_MN * WARPS_K;
+constexpr int WARP_M = BM / WARPS_M;
+constexpr int WARP_N = BN / WARPS_N;
+constexpr int MI = WARP_M / 16;           // m16 accumulator tiles per warp
+constexpr int NI = WARP_N / 8;            // n8 accumulator tiles per warp
+constexpr int K_CHUNK = 32 * K_UNROLL;    // K one warp consumes per batch
+constexpr int K_STRIDE = K_CHUNK * WARPS_K;
+constexpr int ACC_FLOATS = MI * NI * 4;   // per lane
+
+static_assert(WARP_M % 16 == 0 && WARP_N % 8 == 0, "warp tile must split into m16n8 fragments");
+
+// How a lane reads 8 consecutive halves of a row (chosen per call from K and the pointers' alignment).
+constexpr int LOAD_VEC16 = 0;   // one 16-byte load: K % 8 == 0, A and B 16-byte aligned
+constexpr int LOAD_PAIRS = 1;   // four 4-byte loads: K even, A and B 4-byte aligned
+constexpr int LOAD_SCALAR = 2;  // eight 2-byte loads
+
+$accumulator
+$store_pair
+// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
+template <int kLoad>
+__device__ __forceinline__ uint4 load8(const half* __restrict__ X, int rows, int K, int r, int k) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r >= rows) return v;
+    const half* row = X + (size_t)r * (size_t)K;
+    if constexpr (kLoad == LOAD_VEC16) {
+        if (k < K) v = __ldg(reinterpret_cast<const uint4*>(row + k));  // K % 8 == 0: all 8 in range
+    } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int kj = k + 2 * j;
+            if constexpr (kLoad == LOAD_PAIRS) {
+                w[j] = kj < K ? __ldg(reinterpret_cast<const unsigned int*>(row + kj)) : 0u;  // K even
+            } else {
+                const uint32_t lo = kj < K ? __half_as_ushort(row[kj]) : 0u;
+                const uint32_t hi = kj + 1 < K ? __half_as_ushort(row[kj + 1]) : 0u;
+                w[j] = lo | (hi << 16);  // little endian: the lower address is the low half
+            }
+        }
+        v = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    return v;
+}
+
+template <int kLoad>
+__global__ void __launch_bounds__(THREADS)
+small_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __restrict__ C, int M, int N,
+                   int K, int vec_store) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int wk = warp / WARPS_MN;
+    const int wmn = warp % WARPS_MN;
+    const int wm = wmn / WARPS_N;
+    const int wn = wmn % WARPS_N;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int row_a = blockIdx.y * BM + wm * WARP_M + g;  // + mi * 16 (+ 8)
+    const int row_b = blockIdx.x * BN + wn * WARP_N + g;  // + ni * 8
+
+    AccFrag acc[MI][NI];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) acc_zero(acc[mi][ni]);
+
+    for (int kc = wk * K_CHUNK; kc < K; kc += K_STRIDE) {
+        uint4 a_lo[K_UNROLL][MI], a_hi[K_UNROLL][MI], b[K_UNROLL][NI];
+#pragma unroll
+        for (int u = 0; u < K_UNROLL; ++u) {
+            const int k = kc + 32 * u + 8 * t;
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                a_lo[u][mi] = load8<kLoad>(A, M, K, row_a + mi * 16, k);
+                a_hi[u][mi] = load8<kLoad>(A, M, K, row_a + mi * 16 + 8, k);
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) b[u][ni] = load8<kLoad>(B, N, K, row_b + ni * 8, k);
+        }
+#pragma unroll
+        for (int u = 0; u < K_UNROLL; ++u)
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) {
+                    const uint32_t a0[4] = {a_lo[u][mi].x, a_hi[u][mi].x, a_lo[u][mi].y, a_hi[u][mi].y};
+                    const uint32_t b0[2] = {b[u][ni].x, b[u][ni].y};
+                    mma_16816(acc[mi][ni], a0, b0);  // k-step 0: physical k 8t .. 8t+3
+                    const uint32_t a1[4] = {a_lo[u][mi].z, a_hi[u][mi].z, a_lo[u][mi].w, a_hi[u][mi].w};
+                    const uint32_t b1[2] = {b[u][ni].z, b[u][ni].w};
+                    mma_16816(acc[mi][ni], a1, b1);  // k-step 1: physical k 8t+4 .. 8t+7
+                }
+    }
+
+    float v[MI][NI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) acc_to_float(acc[mi][ni], v[mi][ni]);
+
+    if constexpr (WARPS_K > 1) {
+        // Partials of K-warps 1.. parked lane-major (consecutive lanes, consecutive banks); K-warp 0 adds them.
+        __shared__ float parked[WARPS_K - 1][WARPS_MN][ACC_FLOATS][32];
+        if (wk > 0) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) parked[wk - 1][wmn][(mi * NI + ni) * 4 + r][lane] = v[mi][ni][r];
+        }
+        __syncthreads();
+        if (wk > 0) return;
+        for (int w = 0; w < WARPS_K - 1; ++w)
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) v[mi][ni][r] += parked[w][wmn][(mi * NI + ni) * 4 + r][lane];
+    }
+
+    const bool vec = vec_store != 0;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+        const int row = row_a + mi * 16;
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            const int col = blockIdx.x * BN + wn * WARP_N + ni * 8 + 2 * t;
+            store_pair(C, M, N, vec, row, col, v[mi][ni][0], v[mi][ni][1]);
+            store_pair(C, M, N, vec, row + 8, col, v[mi][ni][2], v[mi][ni][3]);
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace;
+    (void)workspace_bytes;
+    if (M < 1 || N < 1 || K < 1) return 1;
+    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM));
+    if (grid.y > 65535u) return 1;
+    const int vec_store = (N % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0) ? 1 : 0;
+    const uintptr_t ab = reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B);
+    if (K % 8 == 0 && ab % 16 == 0)
+        small_hgemm_kernel<LOAD_VEC16><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    else if (K % 2 == 0 && ab % 4 == 0)
+        small_hgemm_kernel<LOAD_PAIRS><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    else
+        small_hgemm_kernel<LOAD_SCALAR><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+""")

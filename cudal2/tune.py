@@ -1,0 +1,457 @@
+"""`cudal2 tune`: search the generated kernel families for the fastest verified kernel per shape, no LLM needed.
+
+    strategy.propose() ──► config already tried this run? skip ──► family.prune(cfg, arch)? count the reason, skip
+        ──► shapes it supports (and, for an evolutionary child, the size bucket of its parent's shape)
+        ──► already measured for those shapes on this GPU (store) / compiled for this arch (tune_compiles)? resume:
+            its stored times feed the strategy, nothing is compiled or run
+        ──► SandboxPool.submit(source, shapes): one compile serves every shape; compiles run ahead of the GPU on
+            every core; every result lands in the ResultStore (the evaluator writes it), the config in tune_log
+    until the time budget or the config budget is spent, or proposals stop yielding new configs.
+
+Resuming: no config is measured twice. A re-proposed config is answered by the store (on a GPU: its results for
+those shapes; compile-only: its compile record), so a random re-run with the same seed walks its earlier configs in
+a moment and goes on after them. On a GPU the run first feeds the strategy the fastest stored configs of these
+families on these shapes, so an evolutionary re-run breeds from everything measured before (its proposals depend
+on the order results arrive in, so it does not replay the earlier sequence).
+
+At the end it prints the best verified kernel per shape from the store (this and earlier runs, any source), with
+its speedup over cuBLAS and cuBLASLt autotuned. `--show` prints that table without tuning.
+
+Units: times in microseconds unless named `_s` (seconds); speedups are baseline time over kernel time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cudal2.data import BadShapeFile, bucket, load_shapes
+from cudal2.kernels.family import BadConfig, KernelFamily, config_params
+from cudal2.kernels.sm80 import Sm80Family
+from cudal2.kernels.sm90 import Sm90Family
+from cudal2.kernels.small import SmallFamily
+from cudal2.sandbox.compiler import nvcc_flags
+from cudal2.sandbox.evaluator import EvalOptions, source_hash
+from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu
+from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
+from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
+from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
+from cudal2.tune_search import ELITE, Candidate, Proposal, Strategy, make_strategy
+
+# sm90 first: on an H200 it is the family that can beat cuBLAS on large shapes; prune() drops it on other archs.
+FAMILIES: tuple[KernelFamily, ...] = (Sm90Family(), Sm80Family(), SmallFamily())
+MAX_STALE_PROPOSALS = 2000  # proposals in a row that give no new config: the space is exhausted
+BASELINES = ("cublas", "cublaslt_autotuned")
+
+
+class TuneInputError(ValueError):
+    """Bad tuner input (shapes, family names, budgets); one line for the user."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    families: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+    strategy: Strategy = Strategy.EVOLUTIONARY
+    budget_s: float = 600.0  # wall clock for proposing; jobs still queued at the deadline are cancelled
+    max_configs: int = 200  # configs evaluated (submitted or resumed) at most
+    seed: int = 0
+    compile_only: bool = False  # no GPU: compile and record compile outcomes only
+    gpu_index: int = 0
+    arch: str | None = None  # nvcc target; default: the GPU's (sm_90a on an H200), else sm_90a
+    db_path: str | None = None  # result store; None = the default path
+    target_ms: float = 50.0  # timing budget per timed kernel per shape (the evaluator's default is 150)
+    compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
+    cache_dir: Path | None = None  # compile cache; None = the evaluator's default
+
+
+@dataclass(frozen=True)
+class BestKernel:
+    """The fastest verified kernel for one shape on one GPU (from the store)."""
+
+    task: Task
+    gpu: str
+    source_hash: str
+    config: str | None  # the generator config, None for a source the tuner did not generate
+    median_us: float
+    speedups: dict[str, float]
+
+
+@dataclass
+class TuneSummary:
+    proposals: int = 0
+    duplicates: int = 0
+    pruned: Counter = field(default_factory=Counter)  # prune_category(reason) -> count
+    pruned_example: dict[str, str] = field(default_factory=dict)  # prune_category(reason) -> first such reason
+    unsupported: int = 0  # configs that support none of their shapes (e.g. fp16 accumulation on fp32 tasks)
+    resumed: int = 0  # configs answered by the store: nothing compiled or run
+    submitted: int = 0
+    finished: int = 0  # submitted or resumed configs whose outcome is in
+    cancelled: int = 0  # submitted but not evaluated: still queued at the deadline (or an internal error)
+    statuses: Counter = field(default_factory=Counter)  # per-shape statuses of this run's evaluations
+    successes: int = 0  # configs that compiled (compile-only) or ran ok on some shape, resumed ones included
+    improvements: int = 0  # times a config beat the best time so far on a shape (stored ones included)
+    warm_start: int = 0  # (config, shape) times from earlier runs fed to the strategy before proposing
+    stop_reason: str = ""
+    elapsed_s: float = 0.0
+    best: list[BestKernel] = field(default_factory=list)
+
+    @property
+    def configs(self) -> int:
+        return self.resumed + self.submitted
+
+    @property
+    def succeeded(self) -> bool:
+        return self.successes > 0
+
+    def render(self) -> str:
+        lines = [f"{self.configs} configs ({self.submitted - self.cancelled} evaluated, {self.resumed} resumed from "
+                 f"the store, {self.cancelled} not evaluated) from {self.proposals} proposals in {self.elapsed_s:.0f} s; "
+                 f"stopped: {self.stop_reason}",
+                 f"skipped before compiling: {self.duplicates} repeats, {self.unsupported} supporting no shape, "
+                 f"{sum(self.pruned.values())} pruned; warm start from {self.warm_start} stored (config, shape) times"]
+        lines += [f"  {n:5d}x e.g. {self.pruned_example[cat]}" for cat, n in self.pruned.most_common()]
+        if self.statuses:
+            lines.append("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+                         + f"; {self.improvements} new per-shape bests")
+        return "\n".join(lines)
+
+
+def families_named(names: Sequence[str]) -> tuple[KernelFamily, ...]:
+    """The families with these names ("all" = every one), in FAMILIES order."""
+    known = {f.name: f for f in FAMILIES}
+    wanted = set(known) if "all" in names else set(names)
+    unknown = sorted(wanted - set(known))
+    if unknown or not wanted:
+        raise TuneInputError(f"unknown family {', '.join(unknown) or '(none)'}: expected {', '.join(known)} or all")
+    return tuple(f for f in FAMILIES if f.name in wanted)
+
+
+def load_tasks(shapes: str | None, mnks: Sequence[str], acc: str) -> list[Task]:
+    """Tasks from `PATH[:split]` (a shape CSV, cudal2.data) and/or M_N_K strings, de-duplicated, in order."""
+    tasks: list[Task] = []
+    if shapes:
+        path, split = shapes, None
+        head, sep, tail = shapes.rpartition(":")
+        if sep and tail in ("train", "heldout"):
+            path, split = head, tail
+        try:
+            tasks += [row.task for row in load_shapes(path, split)]
+        except BadShapeFile as e:
+            raise TuneInputError(str(e)) from None
+    try:
+        tasks += [Task.parse(s, acc) for s in mnks]
+    except BadTask as e:
+        raise TuneInputError(str(e)) from None
+    if not tasks:
+        raise TuneInputError("no shapes: give --shapes FILE[:split] or --mnk M_N_K")
+    return list(dict.fromkeys(tasks))
+
+
+def prune_category(reason: str) -> str:
+    """A prune reason with its numbers masked, so that reasons of one kind count together."""
+    return re.sub(r"\d+", "#", reason)
+
+
+@dataclass(frozen=True)
+class _Job:
+    candidate: Candidate
+    source: str
+    source_hash: str
+    tasks: tuple[Task, ...]
+
+
+class Tuner:
+    """One tuning run (see the module docstring). Use `run()`."""
+
+    def __init__(self, options: TuneOptions, tasks: Sequence[Task], store: ResultStore, log: TuneLog,
+                 out: Callable[[str], None], runner: RunnerSpec | None = None):
+        if options.max_configs < 1 or options.budget_s <= 0 or options.compile_workers < 0 or options.target_ms <= 0:
+            raise TuneInputError("--max-configs, --budget-minutes and --target-ms must be positive, --jobs >= 0")
+        self.options = options
+        self.runner = runner  # the pool's GPU stage (None: the evaluator); tests substitute a simulated one
+        self.tasks = tuple(tasks)
+        self.store, self.log, self.out = store, log, out
+        self.families = families_named(options.families)
+        self.gpu: GpuInfo | None = None if options.compile_only else detect_gpu(options.gpu_index)
+        if self.gpu is None and not options.compile_only:
+            raise TuneInputError("no CUDA GPU visible on this machine: use --compile-only")
+        self.arch = options.arch or (self.gpu.arch if self.gpu else DEFAULT_ARCH)
+        try:
+            nvcc_flags(self.arch)
+        except ValueError as e:
+            raise TuneInputError(str(e)) from None
+        self.strategy = make_strategy(options.strategy, self.families, options.seed)
+        self.summary = TuneSummary()
+        self.seen: set[str] = set()
+        self.best_us: dict[Task, float] = {}
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------------------------------------------- run
+    def run(self) -> TuneSummary:
+        workers = self.options.compile_workers or os.cpu_count() or 1
+        # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.
+        config = PoolConfig(gpus=() if self.gpu is None else (self.gpu.index,), compile_workers=workers,
+                            gpu_queue=max(2, workers), db_path=str(self.store.path), eval=self._eval_options())
+        if self.gpu is not None:
+            self.summary.warm_start = self._warm_start()
+        pool = SandboxPool(config, self.runner)
+        try:
+            self._loop(pool, max_inflight=workers + 2)
+        finally:
+            pool.shutdown(wait=False)  # nothing is in flight unless interrupted; then queued jobs are cancelled
+        self.summary.elapsed_s = time.monotonic() - self.started
+        if self.gpu is not None:
+            self.summary.best = best_kernels(self.store, self.log, self.tasks, [self.gpu.label])
+        return self.summary
+
+    def _loop(self, pool: SandboxPool, max_inflight: int) -> None:
+        deadline = self.started + self.options.budget_s
+        inflight: dict[Future, _Job] = {}
+        while True:
+            while not self.summary.stop_reason and len(inflight) < max_inflight:
+                job = self._next_job(deadline)
+                if job is not None:
+                    inflight[pool.submit(job.source, job.tasks, caller="tune")] = job
+            if not inflight:
+                return
+            done, _ = wait(inflight, timeout=max(0.1, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+            for fut in done:
+                self._finish(inflight.pop(fut), fut.result())
+            if time.monotonic() >= deadline and inflight:
+                self.summary.stop_reason = self.summary.stop_reason or "time budget spent"
+                pool.shutdown(wait=False)  # queued jobs are cancelled, running ones finish
+                for fut, job in inflight.items():
+                    self._finish(job, fut.result())
+                return
+
+    def _eval_options(self) -> EvalOptions:
+        base = EvalOptions(compile_only=self.options.compile_only, gpu_index=self.options.gpu_index,
+                           arch=self.arch, target_ms=self.options.target_ms)
+        return replace(base, cache_dir=self.options.cache_dir) if self.options.cache_dir else base
+
+    def _warm_start(self) -> int:
+        """Feed the strategy the fastest stored configs of these families on these shapes (earlier runs), so an
+        evolutionary re-run breeds from them; returns how many (config, shape) times it fed."""
+        families = {f.name: f for f in self.families}
+        fed = 0
+        for task in self.tasks:
+            for h, res in self.store.best(task, self.gpu.label, mode=Mode.OFFLINE, baseline=None, limit=ELITE):
+                record = self.log.config_of(h)
+                if record is None or record.family not in families:
+                    continue  # not generated by these families
+                try:
+                    cfg = families[record.family].make(record.params)
+                except BadConfig:
+                    continue  # a config of an older version of the family's space: it cannot be bred from
+                median_us = res.timings["candidate"].median_us
+                self.strategy.observe(Candidate(families[record.family], cfg), task, median_us)
+                self.best_us[task] = min(self.best_us.get(task, median_us), median_us)
+                fed += 1
+        return fed
+
+    # -------------------------------------------------------------------------------------------- proposing
+    def _next_job(self, deadline: float) -> _Job | None:
+        """The next config to submit; None when one was resumed instead, or the run must stop (stop_reason set)."""
+        stale = 0
+        while True:
+            if time.monotonic() >= deadline:
+                self.summary.stop_reason = "time budget spent"
+                return None
+            if self.summary.configs >= self.options.max_configs:
+                self.summary.stop_reason = f"--max-configs {self.options.max_configs} reached"
+                return None
+            if stale >= MAX_STALE_PROPOSALS:
+                self.summary.stop_reason = f"{MAX_STALE_PROPOSALS} proposals in a row gave no new config"
+                return None
+            proposal = self.strategy.propose()
+            self.summary.proposals += 1
+            tasks = self._admit(proposal)
+            if tasks is None:
+                stale += 1
+                continue
+            job = self._register(proposal.candidate, tasks)
+            if self._resume(job):
+                return None
+            self.summary.submitted += 1
+            return job
+
+    def _admit(self, proposal: Proposal) -> tuple[Task, ...] | None:
+        """The shapes to evaluate a new, valid config on; None (counted) for a repeat, a pruned or useless one."""
+        cand = proposal.candidate
+        if cand.name in self.seen:
+            self.summary.duplicates += 1
+            return None
+        self.seen.add(cand.name)
+        why = cand.family.prune(cand.cfg, self.arch)
+        if why is not None:
+            category = prune_category(why)
+            self.summary.pruned[category] += 1
+            self.summary.pruned_example.setdefault(category, why)
+            return None
+        shapes = self.tasks
+        if proposal.focus is not None:
+            shapes = tuple(t for t in shapes if bucket(t.m, t.n, t.k) == bucket(proposal.focus.m, proposal.focus.n,
+                                                                                    proposal.focus.k))
+        shapes = tuple(t for t in shapes if cand.family.supports(cand.cfg, t) is None)
+        if not shapes:
+            self.summary.unsupported += 1
+            return None
+        return shapes
+
+    def _register(self, cand: Candidate, tasks: tuple[Task, ...]) -> _Job:
+        source = cand.family.render(cand.cfg)
+        h = source_hash(source)
+        self.store.put_source(h, source)
+        params = to_jsonable(config_params(cand.cfg))
+        self.log.put_config(h, ConfigRecord(cand.family.name, cand.name, params))
+        return _Job(cand, source, h, tasks)
+
+    def _resume(self, job: _Job) -> bool:
+        """True when the store already answers this config on all its shapes (its times feed the strategy)."""
+        if self.gpu is None:
+            known = self.log.compile_of(job.source_hash, self.arch)
+            if known is None:
+                return False
+            self.summary.resumed += 1
+            self.summary.successes += known.status == Status.COMPILED
+            self._progress(job, f"resumed: {_compile_text(known)}")
+            return True
+        results = [self.store.get_result(job.source_hash, t, self.gpu.label, Mode.OFFLINE) for t in job.tasks]
+        if any(r is None for r in results):
+            return False
+        self.summary.resumed += 1
+        self.summary.successes += any(r.status == Status.OK for r in results)
+        improved = self._observe(job, results)
+        self._progress(job, "resumed: " + _shapes_text(results) + _best_text(improved))
+        return True
+
+    # --------------------------------------------------------------------------------------------- results
+    def _finish(self, job: _Job, res: EvalResult) -> None:
+        if all(s.status == Status.INTERNAL_ERROR for s in res.shapes):  # not evaluated (cancelled at the deadline,
+            self.summary.cancelled += 1                                # or a pool failure): the next run redoes it
+            self._progress(job, f"not evaluated: {res.shapes[0].reason[:120]}")
+            return
+        record = _compile_record(res)
+        if record is not None:
+            self.log.put_compile(job.source_hash, self.arch, record)
+        self.summary.statuses.update(s.status.value for s in res.shapes)
+        self.summary.successes += any(s.status in (Status.OK, Status.COMPILED) for s in res.shapes)
+        improved = self._observe(job, list(res.shapes))
+        what = _compile_text(record) if record is not None else res.shapes[0].reason
+        if self.gpu is not None:
+            what += " | " + _shapes_text(list(res.shapes)) + _best_text(improved)
+        self._progress(job, what)
+
+    def _observe(self, job: _Job, results: Sequence[ShapeResult]) -> int:
+        """Feed ok times to the strategy; returns on how many shapes this config is the best so far."""
+        improved = 0
+        for r in results:
+            cand = r.timings.get("candidate")
+            if r.status != Status.OK or cand is None:
+                continue
+            self.strategy.observe(job.candidate, r.task, cand.median_us)
+            if cand.median_us < self.best_us.get(r.task, float("inf")):
+                self.best_us[r.task] = cand.median_us
+                improved += 1
+        self.summary.improvements += improved
+        return improved
+
+    def _progress(self, job: _Job, what: str) -> None:
+        self.summary.finished += 1
+        elapsed = time.monotonic() - self.started
+        self.out(f"[{self.summary.finished:4d}/{self.summary.configs} {int(elapsed) // 60}m{int(elapsed) % 60:02d}s] "
+                 f"{job.candidate.name}"
+                 f"  ({len(job.tasks)} shape{'s' if len(job.tasks) != 1 else ''}) {what}")
+
+
+def _compile_record(res: EvalResult) -> CompileRecord | None:
+    """What to remember about compiling this source; None when the outcome says nothing about it (timeouts,
+    internal errors)."""
+    comp = res.compile
+    if comp is None:
+        rejected = [s for s in res.shapes if s.status == Status.STATIC_REJECT]
+        return CompileRecord(Status.STATIC_REJECT, rejected[0].reason, None, None, 0.0) if rejected else None
+    if comp.status not in (Status.COMPILED, Status.COMPILE_ERROR):
+        return None
+    if any(s.status == Status.STATIC_REJECT for s in res.shapes):  # the link check rejected the library
+        return CompileRecord(Status.STATIC_REJECT, res.shapes[0].reason, None, None, comp.seconds)
+    regs = max((k.registers for k in comp.kernels), default=None)
+    spills = max((k.spill_store_bytes + k.spill_load_bytes for k in comp.kernels), default=None)
+    return CompileRecord(comp.status, comp.reason, regs, spills, comp.seconds)
+
+
+def _compile_text(record: CompileRecord) -> str:
+    if record.status != Status.COMPILED:
+        return f"{record.status.value}: {record.reason[:120]}"
+    took = f"in {record.seconds:.1f} s" if record.seconds > 0 else "(cached)"
+    return f"compiled {took}, worst kernel {record.registers} regs / {record.spill_bytes} B spilled"
+
+
+def _best_text(improved: int) -> str:
+    return f"; best so far on {improved} shape{'s' if improved != 1 else ''}" if improved else ""
+
+
+def _shapes_text(results: Sequence[ShapeResult]) -> str:
+    counts = Counter(r.status.value for r in results)
+    text = ", ".join(f"{k} {v}/{len(results)}" for k, v in sorted(counts.items()))
+    speedups = [r.speedup("cublas") for r in results if r.status == Status.OK]
+    speedups = [s for s in speedups if s]
+    if speedups:
+        text += f"; vs cublas {min(speedups):.2f}x..{max(speedups):.2f}x"
+    bad = next((r for r in results if not r.status.success), None)
+    return text + (f"; first failure: {bad.task.mnk}: {bad.reason[:100]}" if bad else "")
+
+
+# ----------------------------------------------------------------------------------------------- queries
+
+
+def best_kernels(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpus: Sequence[str] | None = None,
+                 mode: Mode = Mode.OFFLINE) -> list[BestKernel]:
+    """The fastest verified kernel per (task, GPU) in the store (any source); GPUs default to every GPU with an ok
+    result for the task. Tasks without one are left out."""
+    out = []
+    for task in tasks:
+        for gpu in gpus if gpus is not None else log.gpus_with_ok_results(task, mode):
+            for h, res in store.best(task, gpu, mode=mode, baseline=None, limit=1):
+                record = log.config_of(h)
+                out.append(BestKernel(task, gpu, h, record.name if record else None,
+                                      res.timings["candidate"].median_us, res.speedups()))
+    return out
+
+
+def best_table(tasks: Sequence[Task], best: Sequence[BestKernel]) -> str:
+    """Markdown: one row per (shape, GPU) with a verified kernel, a '-' row for shapes without one."""
+    lines = ["| shape | acc | GPU | best config | kernel us | vs cublas | vs cublaslt_autotuned |",
+             "|---|---|---|---|---:|---:|---:|"]
+    by_task: dict[Task, list[BestKernel]] = {}
+    for b in best:
+        by_task.setdefault(b.task, []).append(b)
+    for task in tasks:
+        rows = by_task.get(task)
+        if not rows:
+            lines.append(f"| {task.mnk} | {task.acc.value} | - | - | - | - | - |")
+        for b in rows or ():
+            sp = [f"{b.speedups[k]:.3f}x" if k in b.speedups else "-" for k in BASELINES]
+            config = b.config or f"(source {b.source_hash[:12]})"
+            lines.append(f"| {task.mnk} | {task.acc.value} | {b.gpu} | {config} | {b.median_us:.2f} | {sp[0]} | {sp[1]} |")
+    return "\n".join(lines)
+
+
+def run(options: TuneOptions, tasks: Sequence[Task], out: Callable[[str], None] = print,
+        runner: RunnerSpec | None = None) -> TuneSummary:
+    """Tune (see the module docstring); raises TuneInputError for bad options, StoreError for a bad store."""
+    with ResultStore(options.db_path) as store, TuneLog(store) as log:
+        return Tuner(options, tasks, store, log, out, runner).run()
+
+
+def show(tasks: Sequence[Task], db_path: str | None) -> str:
+    """The best-kernel table for `tasks` from the store, every GPU that has results."""
+    with ResultStore(db_path) as store, TuneLog(store) as log:
+        return best_table(tasks, best_kernels(store, log, tasks))

@@ -1,0 +1,123 @@
+"""Search strategies for `cudal2 tune`: which kernel config to try next.
+
+    random        every family's default first, then uniform samples: a family, then each parameter
+    evolutionary  the defaults first; then, with probability EXPLORE, a random sample, otherwise a child of the
+                  elite of one shape (the ELITE fastest configs measured on it): crossover of two same-family
+                  elites (each parameter from either) and/or a mutation of one or two parameters (usually to a
+                  neighbouring value of the space, else to any value). A child carries its shape as `focus`.
+
+Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
+Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
+choice comes from the `random.Random` passed in, so a seed reproduces the proposal sequence (given the same
+observations), which is what lets a re-run walk the configs it already measured and resume after them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from cudal2.kernels.family import KernelFamily, config_name, config_params
+from cudal2.sandbox.types import Task
+
+EXPLORE = 0.25  # evolutionary: share of proposals sampled at random
+ELITE = 4  # evolutionary: configs kept per shape as parents
+CROSSOVER = 0.5  # evolutionary: share of children bred from two parents (then mutated once)
+NEIGHBOUR = 0.7  # a mutated parameter moves to an adjacent value of its space tuple (else to any value)
+
+
+class Strategy(str, Enum):
+    RANDOM = "random"
+    EVOLUTIONARY = "evolutionary"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config of one family."""
+
+    family: KernelFamily
+    cfg: Any
+
+    @property
+    def name(self) -> str:
+        return config_name(self.family, self.cfg)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    candidate: Candidate
+    focus: Task | None  # the shape whose elite this child descends from; None: for every shape
+
+
+class RandomSearch:
+    """Uniform sampling after the families' defaults."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random):
+        self.families = families
+        self.rng = rng
+        self._seeds = deque(Candidate(f, f.default()) for f in families)
+
+    def propose(self) -> Proposal:
+        if self._seeds:
+            return Proposal(self._seeds.popleft(), None)
+        return Proposal(self._sample(), None)
+
+    def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
+        """A measured (ok) time of `candidate` on `task`, microseconds; random search ignores it."""
+
+    def _sample(self) -> Candidate:
+        family = self.rng.choice(self.families)
+        params = {name: self.rng.choice(values) for name, values in family.space().items()}
+        return Candidate(family, family.make(params))
+
+
+class EvolutionarySearch(RandomSearch):
+    """Mutation and crossover of the per-shape elites (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random):
+        super().__init__(families, rng)
+        self.elites: dict[Task, list[tuple[float, Candidate]]] = {}
+
+    def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
+        ranked = [e for e in self.elites.get(task, []) if e[1].name != candidate.name]
+        ranked.append((median_us, candidate))
+        ranked.sort(key=lambda e: (e[0], e[1].name))
+        self.elites[task] = ranked[:ELITE]
+
+    def propose(self) -> Proposal:
+        if self._seeds or not self.elites or self.rng.random() < EXPLORE:
+            return super().propose()
+        focus = self.rng.choice(sorted(self.elites, key=lambda t: (t.m, t.n, t.k, t.acc.value)))
+        parents = [c for _, c in self.elites[focus]]
+        first = self.rng.choice(parents)
+        mates = [c for c in parents if c.family is first.family and c.name != first.name]
+        params = config_params(first.cfg)
+        if mates and self.rng.random() < CROSSOVER:
+            other = config_params(self.rng.choice(mates).cfg)
+            params = {k: self.rng.choice((v, other[k])) for k, v in params.items()}
+            params = self._mutate(first.family, params, count=1)
+        else:
+            params = self._mutate(first.family, params, count=self.rng.choice((1, 2)))
+        return Proposal(Candidate(first.family, first.family.make(params)), focus)
+
+    def _mutate(self, family: KernelFamily, params: dict[str, Any], count: int) -> dict[str, Any]:
+        space = family.space()
+        out = dict(params)
+        for name in self.rng.sample(sorted(space), k=min(count, len(space))):
+            values = space[name]
+            i = values.index(out[name])
+            if self.rng.random() < NEIGHBOUR:
+                options = [values[j] for j in (i - 1, i + 1) if 0 <= j < len(values)]
+            else:
+                options = [v for v in values if v != out[name]]
+            if options:
+                out[name] = self.rng.choice(options)
+        return out
+
+
+def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int) -> RandomSearch:
+    rng = random.Random(seed)
+    return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

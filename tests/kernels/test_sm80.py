@@ -1,0 +1,104 @@
+"""The sm80_mma family: space, configs, pruning, generated sources (static rules, nvcc for sm_80 and sm_90a, the CPU
+emulator on odd shapes) and, on a GPU, correctness through the evaluator."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cudal2.kernels.sm80 import Sm80Config, Sm80Family
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.types import Acc, Status, Task
+from tests.kernels import family_checks
+
+FAMILY = Sm80Family()
+DEFAULT = FAMILY.default()
+
+
+def cfg(**changes) -> Sm80Config:
+    return replace(DEFAULT, **changes)
+
+
+# A representative sample: the seed's shape; the 128x256 big tile (64x64 warp tiles, right under the register
+# limit); split-K with fp16 accumulation, BK 64, 2 blocks per SM; one warp per block with 16 K ranges.
+SAMPLE = [
+    DEFAULT,
+    cfg(bn=256),
+    cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=3, split_k=4, group_m=4, min_blocks=2, acc=Acc.FP16),
+    cfg(bm=16, bn=64, warps_m=1, warps_n=1, stages=5, split_k=16, group_m=1),
+]
+
+
+def test_every_space_value_renders():
+    family_checks.every_value_renders(FAMILY)
+
+
+def test_bad_params_raise_bad_config():
+    family_checks.rejects_bad_params(FAMILY)
+
+
+def test_fp16_accumulation_only_for_fp16_tasks():
+    family_checks.fp16_only_for_fp16_tasks(FAMILY)
+
+
+def test_default_is_the_seed_tiling_and_valid_everywhere():
+    assert (DEFAULT.bm, DEFAULT.bn, DEFAULT.bk, DEFAULT.warps_m, DEFAULT.warps_n, DEFAULT.stages) == (128, 128, 32, 2,
+                                                                                                      4, 4)
+    for arch in FAMILY.archs:
+        assert FAMILY.prune(DEFAULT, arch) is None
+
+
+@pytest.mark.parametrize(("config", "arch", "reason"), [
+    (cfg(warps_m=8, warps_n=8), "sm_90a", "2048 threads per block"),
+    (cfg(bm=16, warps_m=2), "sm_90a", "does not split into m16n8k16"),
+    (cfg(bm=16, bn=64, warps_m=1, warps_n=4), "sm_90a", "load chunks not evenly divisible"),
+    (cfg(bm=256, bn=256, bk=64, stages=5, warps_m=4, warps_n=4), "sm_90a", "over the 232448 B per-block limit"),
+    (cfg(bm=256, bn=64, bk=64, stages=5, warps_m=4, warps_n=2), "sm_80", "over the 166912 B per-block limit"),
+    (cfg(bm=256, bn=256, warps_m=1, warps_n=1), "sm_90a", "registers estimate"),
+    (cfg(min_blocks=2), "sm_90a", "that 2 resident block(s) of 256 threads allow"),
+    (cfg(bm=64, bn=64, bk=64, stages=5, warps_m=2, warps_n=2, min_blocks=2), "sm_86", "per SM of sm_86"),
+    (DEFAULT, "sm_75", "no shared-memory model"),
+])
+def test_invalid_configs_are_pruned_with_the_reason(config, arch, reason):
+    why = FAMILY.prune(config, arch)
+    assert why is not None and reason in why, why
+
+
+def test_smem_limit_depends_on_the_target():
+    big = cfg(bm=256, bn=64, bk=64, stages=5, warps_m=4, warps_n=2)
+    assert big.smem_bytes == 204800
+    assert FAMILY.prune(big, "sm_90a") is None and FAMILY.prune(big, "sm_80") is not None
+
+
+def test_source_names_its_config_and_design():
+    source = FAMILY.render(SAMPLE[2])
+    for text in ("constexpr int BM = 64;", "constexpr int SPLIT_K = 4;", "constexpr int STAGES = 3;",
+                 "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", "ldmatrix", "cp.async.cg",
+                 "cudal2_workspace_bytes", "splitk_reduce", "Split-K", "Fragment layouts"):
+        assert text in source, text
+    assert ".f32.f16.f16.f32" in FAMILY.render(DEFAULT)
+
+
+@pytest.mark.nvcc
+def test_sample_compiles_for_sm80_and_sm90a(tmp_path):
+    family_checks.compile_sample(FAMILY, SAMPLE, tmp_path / "build")
+
+
+@pytest.mark.nvcc
+def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
+    family_checks.emulate_many(FAMILY, SAMPLE, tmp_path)
+
+
+GPU_SHAPES = (Task(1, 4096, 4096), Task(77, 1000, 333), Task(4096, 11008, 4096), Task(64, 64, 64),
+              Task(128, 256, 1003))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", SAMPLE, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}-s{c.split_k}-{c.acc.value}")
+def test_sample_is_correct_on_the_gpu(config, tmp_path):
+    tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
+    ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
+    res = ev.evaluate(FAMILY.render(config), tasks)
+    for s in res.shapes:
+        assert s.status == Status.OK, (s.task.mnk, s.status.value, s.reason)

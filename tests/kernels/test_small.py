@@ -1,0 +1,91 @@
+"""The small family (single-launch kernels for launch-bound shapes): space, configs, pruning, generated sources
+(static rules, nvcc for sm_80 and sm_90a, the CPU emulator on odd shapes) and, on a GPU, correctness and speed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cudal2.kernels.small import SmallConfig, SmallFamily
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.types import Acc, Status, Task
+from tests.kernels import family_checks
+
+FAMILY = SmallFamily()
+DEFAULT = FAMILY.default()
+
+
+def cfg(**changes) -> SmallConfig:
+    return replace(DEFAULT, **changes)
+
+
+# The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); 64x128 tiles, 8 warps, deep
+# unroll, fp16 accumulation.
+SAMPLE = [
+    DEFAULT,
+    cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=8, k_unroll=2),
+    cfg(bm=64, bn=128, warps_m=2, warps_n=4, warps_k=1, k_unroll=4, acc=Acc.FP16),
+]
+
+
+def test_every_space_value_renders():
+    family_checks.every_value_renders(FAMILY)
+
+
+def test_bad_params_raise_bad_config():
+    family_checks.rejects_bad_params(FAMILY)
+
+
+def test_fp16_accumulation_only_for_fp16_tasks():
+    family_checks.fp16_only_for_fp16_tasks(FAMILY)
+
+
+def test_large_shapes_are_left_to_the_tiled_families():
+    assert FAMILY.supports(DEFAULT, Task(1024, 1024, 1024)) is None
+    assert "not launch-bound" in FAMILY.supports(DEFAULT, Task(1024, 1024, 2048))
+
+
+@pytest.mark.parametrize(("config", "reason"), [
+    (cfg(warps_m=4, warps_n=4, warps_k=8, bm=128, bn=128), "4096 threads per block"),
+    (cfg(bm=16, warps_m=2), "does not split into m16n8k16"),
+    (cfg(bn=16, warps_n=4), "does not split into m16n8k16"),
+    (cfg(bm=128, bn=128, warps_m=1, warps_n=1, warps_k=1), "registers estimate"),
+    (cfg(bm=64, bn=64, warps_m=1, warps_n=1, warps_k=8), "over the 49152 B static limit"),
+    (cfg(bm=64, bn=128, warps_m=4, warps_n=4, warps_k=2, k_unroll=4), "a block of 1024 threads allows"),
+])
+def test_invalid_configs_are_pruned_with_the_reason(config, reason):
+    why = FAMILY.prune(config, "sm_90a")
+    assert why is not None and reason in why, why
+
+
+def test_source_is_one_launch_without_workspace():
+    source = FAMILY.render(DEFAULT)
+    assert source.count("<<<") == 3  # the three load paths, one launched per call
+    assert "cudal2_workspace_bytes" not in source and "cudaFuncSetAttribute" not in source
+    for text in ("constexpr int WARPS_K = 2;", "LOAD_VEC16", "LOAD_SCALAR", "Fragment layouts", "K reduction"):
+        assert text in source, text
+
+
+@pytest.mark.nvcc
+def test_sample_compiles_for_sm80_and_sm90a(tmp_path):
+    family_checks.compile_sample(FAMILY, SAMPLE, tmp_path / "build")
+
+
+@pytest.mark.nvcc
+def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
+    family_checks.emulate_many(FAMILY, SAMPLE, tmp_path)
+
+
+GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(77, 1000, 333), Task(64, 64, 16384),
+              Task(100, 130, 1001), Task(4096, 11008, 4096))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", SAMPLE, ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-{c.acc.value}")
+def test_sample_is_correct_on_the_gpu(config, tmp_path):
+    tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
+    ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
+    res = ev.evaluate(FAMILY.render(config), tasks)
+    for s in res.shapes:
+        assert s.status == Status.OK, (s.task.mnk, s.status.value, s.reason)

@@ -1,0 +1,265 @@
+"""`cudal2 tune`: inputs, search strategies, the compile-only run and its resumption, the best-kernel queries, the CLI;
+on a GPU a short real tuning run."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cudal2 import cli, tune
+from cudal2.kernels.family import config_params
+from cudal2.kernels.sm80 import Sm80Family
+from cudal2.kernels.small import SmallFamily
+from cudal2.sandbox.evaluator import source_hash
+from cudal2.sandbox.pool import RunnerSpec
+from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
+from cudal2.tune_log import ConfigRecord, TuneLog
+from cudal2.tune_search import ELITE, Candidate, EvolutionarySearch, RandomSearch, Strategy
+from tests.tune_fakes import BASELINE_US, FAKE_GPU, simulated_us
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = ROOT / "data" / "grid.csv"
+TWO_SHAPES = [Task(64, 64, 64), Task(77, 1000, 333)]
+SMALL, SM80 = SmallFamily(), Sm80Family()
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAL2_NO_GPU", "1")  # the CPU path, also when a GPU happens to be present
+
+
+# ------------------------------------------------------------------------------------------------- inputs
+
+
+def test_load_tasks_from_a_split_and_mnk_deduplicated():
+    held = tune.load_tasks(f"{GRID}:heldout", ["64_64_64", "64x64x64"], "fp32")
+    every = tune.load_tasks(str(GRID), [], "fp32")
+    assert len(every) == 1000 and 150 < len(held) < 260
+    assert held.count(Task(64, 64, 64)) == 1 and set(held) <= set(every) | {Task(64, 64, 64)}
+    assert tune.load_tasks(None, ["1_2_3"], "fp16") == [Task(1, 2, 3, Acc.FP16)]
+
+
+@pytest.mark.parametrize(("shapes", "mnk", "message"), [
+    (None, ["64_64"], "bad shape"),
+    ("/no/such.csv", [], "cannot read"),
+    (None, [], "no shapes"),
+])
+def test_load_tasks_rejects_bad_input(shapes, mnk, message):
+    with pytest.raises(tune.TuneInputError, match=message):
+        tune.load_tasks(shapes, mnk, "fp32")
+
+
+def test_families_by_name():
+    assert [f.name for f in tune.families_named(["all"])] == ["sm90_wgmma", "sm80_mma", "small"]
+    assert [f.name for f in tune.families_named(["small"])] == ["small"]
+    with pytest.raises(tune.TuneInputError, match="unknown family bogus"):
+        tune.families_named(["bogus"])
+
+
+def test_prune_reasons_of_one_kind_count_together():
+    assert tune.prune_category("shared memory 204800 B over 166912") == tune.prune_category("shared memory 9 B over 1")
+
+
+# ----------------------------------------------------------------------------------------------- strategies
+
+
+def _names(strategy, n):
+    return [strategy.propose().candidate.name for _ in range(n)]
+
+
+def test_random_search_starts_at_the_defaults_and_is_seeded():
+    families = (SM80, SMALL)
+    first = RandomSearch(families, random.Random(3))
+    assert [p.candidate.cfg for p in (first.propose(), first.propose())] == [SM80.default(), SMALL.default()]
+    assert _names(RandomSearch(families, random.Random(3)), 30) == _names(RandomSearch(families, random.Random(3)), 30)
+    assert _names(RandomSearch(families, random.Random(3)), 30) != _names(RandomSearch(families, random.Random(4)), 30)
+
+
+def test_evolutionary_search_breeds_from_the_elite_of_a_shape():
+    search = EvolutionarySearch((SM80, SMALL), random.Random(0))
+    search.propose(), search.propose()  # the defaults
+    task = Task(64, 64, 64)
+    parents = [Candidate(SMALL, SMALL.make({**config_params(SMALL.default()), "k_unroll": k})) for k in (1, 2, 4)]
+    parents.append(Candidate(SM80, SM80.default()))
+    for i, p in enumerate(parents):
+        search.observe(p, task, 10.0 + i)
+    search.observe(parents[0], task, 20.0)  # a re-measurement replaces, never duplicates
+    assert len(search.elites[task]) == min(ELITE, len(parents))
+    assert [e[1].name for e in search.elites[task]][0] == parents[1].name
+    children = [p for p in (search.propose() for _ in range(200)) if p.focus is not None]
+    assert len(children) > 100  # the rest are exploration samples
+    assert all(c.focus == task for c in children)
+    for c in children:
+        space = c.candidate.family.space()
+        assert all(v in space[k] for k, v in config_params(c.candidate.cfg).items())
+    names = {p.name for p in parents}
+    assert sum(c.candidate.name not in names for c in children) > 50  # mostly new configs
+
+
+# ---------------------------------------------------------------------------------------- compile-only runs
+
+
+def _options(tmp_path: Path, **kw) -> tune.TuneOptions:
+    base = dict(families=("small",), strategy=Strategy.RANDOM, max_configs=2, compile_only=True,
+                db_path=str(tmp_path / "r.sqlite"), cache_dir=tmp_path / "build", compile_workers=2, budget_s=300)
+    return tune.TuneOptions(**{**base, **kw})
+
+
+@pytest.mark.nvcc
+def test_compile_only_run_records_and_a_rerun_resumes_without_compiling(tmp_path):
+    lines: list[str] = []
+    first = tune.run(_options(tmp_path), TWO_SHAPES, out=lines.append)
+    assert (first.submitted, first.resumed, first.cancelled) == (2, 0, 0)
+    assert first.statuses[Status.COMPILED.value] == 4 and first.succeeded
+    assert first.stop_reason == "--max-configs 2 reached" and len(lines) == 2
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        h = source_hash(SMALL.render(SMALL.default()))  # the first proposal is the default
+        assert log.config_of(h) == ConfigRecord("small", tune.Candidate(SMALL, SMALL.default()).name,
+                                                {**config_params(SMALL.default()), "acc": "fp32"})
+        assert store.get_source(h) == SMALL.render(SMALL.default())
+        record = log.compile_of(h, "sm_90a")
+        assert record.status == Status.COMPILED and record.registers > 0 and record.spill_bytes == 0
+    shutil.rmtree(tmp_path / "build")  # an empty compile cache: anything compiled again would show up in it
+    lines.clear()
+    second = tune.run(_options(tmp_path), TWO_SHAPES, out=lines.append)
+    assert (second.submitted, second.resumed) == (0, 2) and second.succeeded
+    assert all("resumed: compiled" in line for line in lines) and len(lines) == 2
+    assert not [p for p in (tmp_path / "build").rglob("*.so")]
+    third = tune.run(_options(tmp_path, max_configs=3), TWO_SHAPES, out=lines.append)
+    assert (third.submitted, third.resumed) == (1, 2)  # goes on after what it has
+
+
+@pytest.mark.nvcc
+def test_time_budget_stops_the_run(tmp_path):
+    summary = tune.run(_options(tmp_path, budget_s=1.0, max_configs=100, families=("all",),
+                                strategy=Strategy.EVOLUTIONARY), TWO_SHAPES, out=lambda _: None)
+    assert summary.stop_reason == "time budget spent"
+    assert summary.elapsed_s < 120
+    assert summary.submitted >= 1
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"max_configs": 0}, "must be positive"),
+    ({"budget_s": 0}, "must be positive"),
+    ({"arch": "sm_xx"}, "bad target"),
+    ({"compile_only": False}, "no CUDA GPU"),
+    ({"families": ("nope",)}, "unknown family"),
+])
+def test_bad_options_are_input_errors(tmp_path, kw, message):
+    with pytest.raises(tune.TuneInputError, match=message):
+        tune.run(_options(tmp_path, **kw), TWO_SHAPES)
+
+
+# ----------------------------------------------------------------------------------------------- queries
+
+
+def _ok(task: Task, cand_us: float, cublas_us: float) -> ShapeResult:
+    def t(us):
+        return Timing(us, us, us, us, us, 0.0, 10)
+
+    return ShapeResult(task, Status.OK, "correct and timed", 1e-5,
+                       {"candidate": t(cand_us), "cublas": t(cublas_us), "cublaslt_autotuned": t(cublas_us * 1.5)})
+
+
+def test_best_kernel_per_shape_names_its_config(tmp_path):
+    gpu = "NVIDIA H200 (sm_90a)"
+    task, other, empty = Task(64, 64, 64), Task(128, 4096, 64), Task(8, 8, 8)
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        fast, slow = SMALL.render(SMALL.default()), SM80.render(SM80.default())
+        for source, us in ((fast, 1.0), (slow, 4.0)):
+            store.put_source(source_hash(source), source)
+            store.put_result(source_hash(source), gpu, "offline", _ok(task, us, 2.0))
+        log.put_config(source_hash(fast), ConfigRecord("small", "small-the-fast-one", {}))
+        store.put_result("f" * 64, gpu, "offline", _ok(other, 3.0, 3.0))  # not generated by the tuner
+        best = tune.best_kernels(store, log, [task, other, empty])
+        table = tune.best_table([task, other, empty], best)
+    assert [(b.task, b.config, b.median_us) for b in best] == [(task, "small-the-fast-one", 1.0), (other, None, 3.0)]
+    assert "| 64_64_64 | fp32 | NVIDIA H200 (sm_90a) | small-the-fast-one | 1.00 | 2.000x | 3.000x |" in table
+    assert "(source ffffffffffff)" in table and "| 8_8_8 | fp32 | - | - | - | - | - |" in table
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.nvcc
+def test_cli_compile_only_then_show(capsys, tmp_path):
+    db = str(tmp_path / "r.sqlite")
+    code, out, err = run_cli(capsys, "tune", "--mnk", "64_64_64", "--mnk", "77_1000_333", "--family", "small",
+                             "--max-configs", "1", "--compile-only", "--db", db, "--jobs", "1")
+    assert code == 0, err
+    assert "small-bm32-bn64" in out and "1 configs (1 evaluated" in out
+    code, out, _ = run_cli(capsys, "tune", "--mnk", "64_64_64", "--show", "--db", db)
+    assert code == 0 and "| 64_64_64 | fp32 | - |" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--mnk", "64_64"],
+    ["--shapes", "/no/such.csv", "--compile-only"],
+    ["--compile-only"],
+    ["--mnk", "64_64_64", "--budget-minutes", "-1", "--compile-only"],
+    ["--mnk", "64_64_64"],  # no GPU here and not --compile-only
+])
+def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv):
+    code, out, err = run_cli(capsys, "tune", *argv, "--db", str(tmp_path / "r.sqlite"))
+    assert code == 2 and err.startswith("cudal2: error: ") and len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_gpu_tuning_run_finds_verified_kernels(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAL2_NO_GPU")
+    options = tune.TuneOptions(families=("all",), max_configs=4, budget_s=240, db_path=str(tmp_path / "r.sqlite"),
+                               cache_dir=tmp_path / "build", target_ms=20)
+    summary = tune.run(options, TWO_SHAPES)
+    assert summary.statuses[Status.OK.value] > 0
+    assert {b.task for b in summary.best} == set(TWO_SHAPES)
+    assert all(b.config and b.speedups.get("cublas") for b in summary.best)
+    again = tune.run(options, TWO_SHAPES)
+    assert again.submitted == 0 and again.resumed == summary.configs
+
+
+# ------------------------------------------------------------------------------- the GPU path, simulated GPU
+
+
+SIMULATED = RunnerSpec("tests.tune_fakes:simulated_gpu")
+
+
+@pytest.mark.nvcc
+def test_gpu_path_ranks_resumes_and_reports_with_a_simulated_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    options = _options(tmp_path, compile_only=False, max_configs=3)
+    lines: list[str] = []
+    first = tune.run(options, TWO_SHAPES, out=lines.append, runner=SIMULATED)
+    assert (first.submitted, first.statuses[Status.OK.value]) == (3, 6) and first.warm_start == 0
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        measured = {}
+        for task in TWO_SHAPES:
+            for h, res in store.best(task, FAKE_GPU.label, baseline=None, limit=10):
+                assert res.timings["candidate"].median_us == simulated_us(h, task.mnk)
+                measured.setdefault(task, []).append((res.timings["candidate"].median_us, log.config_of(h).name))
+    assert all(len(v) == 3 for v in measured.values())
+    for b in first.best:  # the fastest of the three, named by its config, speedups from the stored baselines
+        assert (b.median_us, b.config) == min(measured[b.task])
+        assert b.speedups["cublas"] == pytest.approx(BASELINE_US / b.median_us)
+    assert any("best so far on" in line for line in lines)
+    second = tune.run(options, TWO_SHAPES, out=lines.append, runner=SIMULATED)
+    assert (second.submitted, second.resumed, second.warm_start) == (0, 3, 6)
+    assert second.best == first.best
+    evolutionary = tune.run(replace(options, strategy=Strategy.EVOLUTIONARY, max_configs=6), TWO_SHAPES,
+                            out=lines.append, runner=SIMULATED)
+    assert evolutionary.warm_start == 6 and evolutionary.submitted >= 1
+    assert min(b.median_us for b in evolutionary.best) <= min(b.median_us for b in first.best)
