@@ -450,6 +450,9 @@ def explain(M: int, N: int, K: int, device: torch.device | str | None = None) ->
 def _plan(index: int, m: int, n: int, k: int) -> tuple[Decision, LoadedKernel | None]:
     """The cached decision for one shape on one device, with its kernel built; failures fall through."""
     key = (index, m, n, k)
+    plan = _STATE.plans.get(key)  # the hot path: a dict lookup, no lock (plans are only ever added or cleared)
+    if plan is not None:
+        return plan
     with _STATE.lock:
         if key in _STATE.plans:
             return _STATE.plans[key]
@@ -527,11 +530,12 @@ def _dispatch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     n = b.shape[0]
     if a.device.type != "cuda" or min(m, n, k) == 0:
         return _torch_hgemm(a, b)
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    current = torch.cuda.current_device()
+    index = a.device.index if a.device.index is not None else current
     decision, kernel = _plan(index, m, n, k)
     if kernel is None:
         return _torch_hgemm(a, b)
-    if index == torch.cuda.current_device():
+    if index == current:
         c = _run(decision, kernel, a, b)
     else:
         with torch.cuda.device(index):
@@ -588,9 +592,10 @@ def _check_half(name: str, **tensors: torch.Tensor) -> None:
         if t.dtype != torch.float16:
             raise TypeError(f"cudal2.ops.{name}: {arg} is {t.dtype}; cudal2 kernels are float16 HGEMM "
                             "(use torch.matmul for other dtypes)")
-    devices = {str(t.device) for t in tensors.values()}
+    devices = {t.device for t in tensors.values()}  # torch.device compares and hashes without building strings
     if len(devices) > 1:
-        raise ValueError(f"cudal2.ops.{name}: tensors on different devices: {', '.join(sorted(devices))}")
+        raise ValueError(f"cudal2.ops.{name}: tensors on different devices: "
+                         f"{', '.join(sorted(str(d) for d in devices))}")
 
 
 def hgemm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
