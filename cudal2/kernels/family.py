@@ -71,6 +71,13 @@ def check_params(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> N
         raise BadConfig(f"missing parameter(s): {', '.join(missing)}")
 
 
+def build_config(config_cls: type, space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> Any:
+    """check_params, then the config with each value replaced by the space's own equal object, so that a str enum
+    given by its value ("fp32", "cooperative") becomes the enum member (every family's `make`)."""
+    check_params(space, params)
+    return config_cls(**{key: next(v for v in space[key] if v == value) for key, value in params.items()})
+
+
 def _short(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, check_params, config_name
+from cudal2.kernels.family import BadConfig, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 # Shared memory, bytes: (opt-in maximum per block, per SM). sm_80: 163 KB / 164 KB; sm_86/89: 99 / 100 KB;
@@ -123,14 +123,7 @@ class Sm80Family:
                           min_blocks=1, acc=Acc.FP32)
 
     def make(self, params: dict[str, Any]) -> Sm80Config:
-        values = dict(params)
-        if "acc" in values:
-            try:
-                values["acc"] = Acc(values["acc"])
-            except ValueError:
-                raise BadConfig(f"acc={values['acc']!r} is not one of {[a.value for a in Acc]}") from None
-        check_params(SPACE, values)
-        return Sm80Config(**values)
+        return build_config(Sm80Config, SPACE, params)
 
     def prune(self, cfg: Sm80Config, arch: str) -> str | None:
         if arch not in SMEM_LIMITS:

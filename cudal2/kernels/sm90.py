@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from cudal2.kernels.family import BadConfig, check_params, config_name
+from cudal2.kernels.family import BadConfig, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 ARCH = "sm_90a"
@@ -98,7 +98,6 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "acc": tuple(Acc),
 }
 
-_ENUMS = {"schedule": Schedule, "scheduler": Scheduler, "epilogue": Epilogue, "acc": Acc}
 
 
 # ------------------------------------------------------------------------------------------------ smem model
@@ -168,9 +167,7 @@ class Sm90Family:
         )
 
     def make(self, params: dict[str, Any]) -> Sm90Config:
-        check_params(SPACE, params)
-        values = {k: _ENUMS[k](v) if k in _ENUMS else v for k, v in params.items()}
-        return Sm90Config(**values)
+        return build_config(Sm90Config, SPACE, params)
 
     def prune(self, cfg: Sm90Config, arch: str) -> str | None:
         if arch != ARCH:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, check_params, config_name
+from cudal2.kernels.family import BadConfig, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 MAX_THREADS = 1024
@@ -96,14 +96,7 @@ class SmallFamily:
         return SmallConfig(bm=32, bn=64, warps_m=1, warps_n=2, warps_k=2, k_unroll=1, acc=Acc.FP32)
 
     def make(self, params: dict[str, Any]) -> SmallConfig:
-        values = dict(params)
-        if "acc" in values:
-            try:
-                values["acc"] = Acc(values["acc"])
-            except ValueError:
-                raise BadConfig(f"acc={values['acc']!r} is not one of {[a.value for a in Acc]}") from None
-        check_params(SPACE, values)
-        return SmallConfig(**values)
+        return build_config(SmallConfig, SPACE, params)
 
     def prune(self, cfg: SmallConfig, arch: str) -> str | None:
         if cfg.threads > MAX_THREADS:
