@@ -72,15 +72,18 @@ if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
 fi
 if [[ $what == tune ]]; then
+  # At most 8 files come back from the device: logs and the store as files, the rest in one archive.
+  mkdir -p /tmp/tune-out
   python3 benchmarks/tune_gpu.py --budget-minutes "${TUNE_MINUTES:-3}" --per-bucket "${TUNE_PER_BUCKET:-6}" \
-    --db "$OUT/tune.sqlite" --out "$OUT/tune_gpu.md" 2>&1 | tee "$OUT/tune.log" || rc=1
+    --db "$OUT/tune.sqlite" --out /tmp/tune-out/tune_gpu.md 2>&1 | tee "$OUT/tune.log" || rc=1
   for set in data/grid.csv data/llm_shapes.csv; do
     name=$(basename "$set" .csv)
-    python3 -m cudal2.cli report --shapes "$set" --db "$OUT/tune.sqlite" --out "$OUT/report_$name.md" \
-      --heatmap "$OUT/heatmap_$name.png" >/dev/null 2>&1 || echo "report $name: exit $?"
+    python3 -m cudal2.cli report --shapes "$set" --db "$OUT/tune.sqlite" --out "/tmp/tune-out/report_$name.md" \
+      --heatmap "/tmp/tune-out/heatmap_$name.png" >/dev/null 2>&1 || echo "report $name: exit $?"
   done
   # cudal2.ops over the best kernel the tuner verified per shape (dispatch then picks those that beat cuBLAS).
   timeout "${OPS_BENCH_TIMEOUT:-180}" python3 benchmarks/ops_bench.py --db "$OUT/tune.sqlite" --min-speedup 0 \
-    --out "$OUT/ops_bench.json" 2>&1 | tee "$OUT/ops_bench.log" || rc=1
+    --out /tmp/tune-out/ops_bench.json 2>&1 | tee "$OUT/ops_bench.log" || rc=1
+  tar -czf "$OUT/tune_reports.tar.gz" -C /tmp/tune-out .
 fi
 exit $rc
