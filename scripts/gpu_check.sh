@@ -44,7 +44,7 @@ print(harness_path(detect_gpu(0).compute_capability))' || rc=1
   for n in 1 2 4 8; do
     (( n <= ngpu )) || break
     gpus=$(seq -s, 0 $((n - 1)))
-    python3 benchmarks/pool_gpu.py --gpus "$gpus" --json "$OUT/pool_${n}gpu.json" 2>&1 | tee "$OUT/pool_${n}gpu.log" || rc=1
+    python3 benchmarks/pool_gpu.py --gpus "$gpus" --json "$OUT/pool_${n}gpu.json" 2>&1 | tee -a "$OUT/pool_scale.log" || rc=1
   done
 fi
 if [[ $what == train ]]; then
