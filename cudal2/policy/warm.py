@@ -60,15 +60,15 @@ def warm_start(model, tokenizer, prompts: list[list[dict]], steps: int = WARM_ST
     Returns the last loss (nats per token)."""
     import torch
 
+    prompt_ids = [list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True)["input_ids"]) for p in prompts]
     batches = []
     for variant in VARIANTS:
         answer_ids = tokenizer(warm_answer(variant) + (tokenizer.eos_token or ""), add_special_tokens=False)["input_ids"]
-        for p in prompts:
-            prompt_ids = list(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
-                                                            return_dict=True)["input_ids"])
-            ids = torch.tensor([prompt_ids + answer_ids], device=model.device)
+        for prompt in prompt_ids:
+            ids = torch.tensor([prompt + answer_ids], device=model.device)
             labels = ids.clone()
-            labels[0, : len(prompt_ids)] = -100  # learn the answer, not the prompt
+            labels[0, : len(prompt)] = -100  # learn the answer, not the prompt
             batches.append((ids, labels))
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
