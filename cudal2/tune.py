@@ -4,8 +4,9 @@
         ──► shapes it supports (and, for an evolutionary child, the size bucket of its parent's shape)
         ──► already measured for those shapes on this GPU (store) / compiled for this arch (tune_compiles)? resume:
             its stored times feed the strategy, nothing is compiled or run
-        ──► SandboxPool.submit(source, shapes): one compile serves every shape; compiles run ahead of the GPU on
-            every core; every result lands in the ResultStore (the evaluator writes it), the config in tune_log
+        ──► SandboxPool.submit(source, shapes), in jobs of at most MAX_JOB_SHAPES shapes (a job is the unit that
+            is resumed or cancelled at the deadline): one compile serves every shape; compiles run ahead of the GPU
+            on every core; every result lands in the ResultStore (the evaluator writes it), the config in tune_log
     until the time budget or the config budget is spent, or proposals stop yielding new configs.
 
 Resuming: no config is measured twice. A re-proposed config is answered by the store (on a GPU: its results for
@@ -25,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,7 @@ from cudal2.tune_search import ELITE, Candidate, Proposal, Strategy, make_strate
 # sm90 first: on an H200 it is the family that can beat cuBLAS on large shapes; prune() drops it on other archs.
 FAMILIES: tuple[KernelFamily, ...] = (Sm90Family(), Sm80Family(), SmallFamily())
 MAX_STALE_PROPOSALS = 2000  # proposals in a row that give no new config: the space is exhausted
+MAX_JOB_SHAPES = 32  # shapes per pool job: a 250-shape job of large GEMMs would hold the GPU for minutes
 BASELINES = ("cublas", "cublaslt_autotuned")
 
 
@@ -91,9 +93,10 @@ class TuneSummary:
     pruned_example: dict[str, str] = field(default_factory=dict)  # prune_category(reason) -> first such reason
     unsupported: int = 0  # configs that support none of their shapes (e.g. fp16 accumulation on fp32 tasks)
     resumed: int = 0  # configs answered by the store: nothing compiled or run
-    submitted: int = 0
-    finished: int = 0  # submitted or resumed configs whose outcome is in
-    cancelled: int = 0  # submitted but not evaluated: still queued at the deadline (or an internal error)
+    submitted: int = 0  # configs sent to the pool (in one or more jobs)
+    jobs: int = 0  # pool jobs sent (a config's shapes in chunks of MAX_JOB_SHAPES)
+    finished: int = 0  # jobs whose outcome is in, resumed ones included
+    cancelled: int = 0  # jobs sent but not evaluated: still queued at the deadline (or an internal error)
     statuses: Counter = field(default_factory=Counter)  # per-shape statuses of this run's evaluations
     successes: int = 0  # configs that compiled (compile-only) or ran ok on some shape, resumed ones included
     improvements: int = 0  # times a config beat the best time so far on a shape (stored ones included)
@@ -111,9 +114,9 @@ class TuneSummary:
         return self.successes > 0
 
     def render(self) -> str:
-        lines = [f"{self.configs} configs ({self.submitted - self.cancelled} evaluated, {self.resumed} resumed from "
-                 f"the store, {self.cancelled} not evaluated) from {self.proposals} proposals in {self.elapsed_s:.0f} s; "
-                 f"stopped: {self.stop_reason}",
+        lines = [f"{self.configs} configs ({self.submitted} sent in {self.jobs} jobs, {self.cancelled} jobs not "
+                 f"evaluated; {self.resumed} resumed from the store) from {self.proposals} proposals in "
+                 f"{self.elapsed_s:.0f} s; stopped: {self.stop_reason}",
                  f"skipped before compiling: {self.duplicates} repeats, {self.unsupported} supporting no shape, "
                  f"{sum(self.pruned.values())} pruned; warm start from {self.warm_start} stored (config, shape) times"]
         lines += [f"  {n:5d}x e.g. {self.pruned_example[cat]}" for cat, n in self.pruned.most_common()]
@@ -187,7 +190,9 @@ class Tuner:
             nvcc_flags(self.arch)
         except ValueError as e:
             raise TuneInputError(str(e)) from None
-        self.strategy = make_strategy(options.strategy, self.families, options.seed)
+        self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks)
+        self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
+        self.ok_configs: set[str] = set()  # source hashes that compiled or ran ok on some shape
         self.summary = TuneSummary()
         self.seen: set[str] = set()
         self.best_us: dict[Task, float] = {}
@@ -258,12 +263,15 @@ class Tuner:
 
     # -------------------------------------------------------------------------------------------- proposing
     def _next_job(self, deadline: float) -> _Job | None:
-        """The next config to submit; None when one was resumed instead, or the run must stop (stop_reason set)."""
+        """The next job to submit; None when a config was resumed instead, or the run must stop (stop_reason set)."""
         stale = 0
         while True:
             if time.monotonic() >= deadline:
                 self.summary.stop_reason = "time budget spent"
                 return None
+            if self.pending:
+                self.summary.jobs += 1
+                return self.pending.popleft()
             if self.summary.configs >= self.options.max_configs:
                 self.summary.stop_reason = f"--max-configs {self.options.max_configs} reached"
                 return None
@@ -271,16 +279,21 @@ class Tuner:
                 self.summary.stop_reason = f"{MAX_STALE_PROPOSALS} proposals in a row gave no new config"
                 return None
             proposal = self.strategy.propose()
+            if proposal is None:
+                self.summary.stop_reason = "the strategy has proposed everything it had"
+                return None
             self.summary.proposals += 1
             tasks = self._admit(proposal)
             if tasks is None:
                 stale += 1
                 continue
-            job = self._register(proposal.candidate, tasks)
-            if self._resume(job):
+            jobs = self._register(proposal.candidate, tasks)
+            if self._resume(jobs):
                 return None
             self.summary.submitted += 1
-            return job
+            self.summary.jobs += 1
+            self.pending.extend(jobs[1:])
+            return jobs[0]
 
     def _admit(self, proposal: Proposal) -> tuple[Task, ...] | None:
         """The shapes to evaluate a new, valid config on; None (counted) for a repeat, a pruned or useless one."""
@@ -295,7 +308,7 @@ class Tuner:
             self.summary.pruned[category] += 1
             self.summary.pruned_example.setdefault(category, why)
             return None
-        shapes = self.tasks
+        shapes = self.tasks if proposal.shapes is None else proposal.shapes
         if proposal.focus is not None:
             shapes = tuple(t for t in shapes if bucket(t.m, t.n, t.k) == bucket(proposal.focus.m, proposal.focus.n,
                                                                                     proposal.focus.k))
@@ -305,31 +318,37 @@ class Tuner:
             return None
         return shapes
 
-    def _register(self, cand: Candidate, tasks: tuple[Task, ...]) -> _Job:
+    def _register(self, cand: Candidate, tasks: tuple[Task, ...]) -> list[_Job]:
+        """The config's source in the store and the log; its shapes in jobs of at most MAX_JOB_SHAPES."""
         source = cand.family.render(cand.cfg)
         h = source_hash(source)
         self.store.put_source(h, source)
         params = to_jsonable(config_params(cand.cfg))
         self.log.put_config(h, ConfigRecord(cand.family.name, cand.name, params))
-        return _Job(cand, source, h, tasks)
+        return [_Job(cand, source, h, tasks[i:i + MAX_JOB_SHAPES]) for i in range(0, len(tasks), MAX_JOB_SHAPES)]
 
-    def _resume(self, job: _Job) -> bool:
-        """True when the store already answers this config on all its shapes (its times feed the strategy)."""
-        if self.gpu is None:
-            known = self.log.compile_of(job.source_hash, self.arch)
+    def _resume(self, jobs: list[_Job]) -> bool:
+        """Drop from `jobs` those the store already answers (their times feed the strategy); True when that was
+        all of them (the config counts as resumed)."""
+        if self.gpu is None:  # compile-only: one compile answers every shape
+            known = self.log.compile_of(jobs[0].source_hash, self.arch)
             if known is None:
                 return False
             self.summary.resumed += 1
-            self.summary.successes += known.status == Status.COMPILED
-            self._progress(job, f"resumed: {_compile_text(known)}")
+            self._succeeded(jobs[0], known.status == Status.COMPILED)
+            self._progress(jobs[0], f"resumed: {_compile_text(known)}")
             return True
-        results = [self.store.get_result(job.source_hash, t, self.gpu.label, Mode.OFFLINE) for t in job.tasks]
-        if any(r is None for r in results):
+        for job in list(jobs):
+            results = [self.store.get_result(job.source_hash, t, self.gpu.label, Mode.OFFLINE) for t in job.tasks]
+            if any(r is None for r in results):
+                continue
+            jobs.remove(job)
+            self._succeeded(job, any(r.status == Status.OK for r in results))
+            improved = self._observe(job, results)
+            self._progress(job, "resumed: " + _shapes_text(results) + _best_text(improved))
+        if jobs:
             return False
         self.summary.resumed += 1
-        self.summary.successes += any(r.status == Status.OK for r in results)
-        improved = self._observe(job, results)
-        self._progress(job, "resumed: " + _shapes_text(results) + _best_text(improved))
         return True
 
     # --------------------------------------------------------------------------------------------- results
@@ -342,7 +361,7 @@ class Tuner:
         if record is not None:
             self.log.put_compile(job.source_hash, self.arch, record)
         self.summary.statuses.update(s.status.value for s in res.shapes)
-        self.summary.successes += any(s.status in (Status.OK, Status.COMPILED) for s in res.shapes)
+        self._succeeded(job, any(s.status in (Status.OK, Status.COMPILED) for s in res.shapes))
         improved = self._observe(job, list(res.shapes))
         what = _compile_text(record) if record is not None else res.shapes[0].reason
         if self.gpu is not None:
@@ -363,10 +382,17 @@ class Tuner:
         self.summary.improvements += improved
         return improved
 
+    def _succeeded(self, job: _Job, ok: bool) -> None:
+        """Count the config once as a success when any of its jobs compiled or ran ok."""
+        if ok and job.source_hash not in self.ok_configs:
+            self.ok_configs.add(job.source_hash)
+            self.summary.successes += 1
+
     def _progress(self, job: _Job, what: str) -> None:
         self.summary.finished += 1
         elapsed = time.monotonic() - self.started
-        self.out(f"[{self.summary.finished:4d}/{self.summary.configs} {int(elapsed) // 60}m{int(elapsed) % 60:02d}s] "
+        self.out(f"[job {self.summary.finished:4d}, {self.summary.configs} configs {int(elapsed) // 60}m"
+                 f"{int(elapsed) % 60:02d}s] "
                  f"{job.candidate.name}"
                  f"  ({len(job.tasks)} shape{'s' if len(job.tasks) != 1 else ''}) {what}")
 

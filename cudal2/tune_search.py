@@ -5,6 +5,11 @@
                   elite of one shape (the ELITE fastest configs measured on it): crossover of two same-family
                   elites (each parameter from either) and/or a mutation of one or two parameters (usually to a
                   neighbouring value of the space, else to any value). A child carries its shape as `focus`.
+    transfer      no search: carries what an earlier tuning run learnt on a sample of shapes over to a whole set
+                  (the 1000-shape grid). Each target shape gets the TRANSFER_TOP fastest configs of each of its
+                  TRANSFER_NEIGHBOURS nearest tuned shapes (distance in log2 M, N, K); each such config is proposed
+                  once with all the shapes it was picked for, rank-0 picks first, so a run cut short still covers
+                  every shape with its most likely winner. It stops when every pick is proposed.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -14,6 +19,7 @@ observations), which is what lets a re-run walk the configs it already measured 
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -27,11 +33,14 @@ EXPLORE = 0.25  # evolutionary: share of proposals sampled at random
 ELITE = 4  # evolutionary: configs kept per shape as parents
 CROSSOVER = 0.5  # evolutionary: share of children bred from two parents (then mutated once)
 NEIGHBOUR = 0.7  # a mutated parameter moves to an adjacent value of its space tuple (else to any value)
+TRANSFER_NEIGHBOURS = 2  # transfer: tuned shapes each target shape borrows configs from
+TRANSFER_TOP = 2  # transfer: fastest configs taken from each of those shapes
 
 
 class Strategy(str, Enum):
     RANDOM = "random"
     EVOLUTIONARY = "evolutionary"
+    TRANSFER = "transfer"
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class Candidate:
 class Proposal:
     candidate: Candidate
     focus: Task | None  # the shape whose elite this child descends from; None: for every shape
+    shapes: tuple[Task, ...] | None = None  # only these shapes (transfer); None: the tuner's whole set
 
 
 class RandomSearch:
@@ -118,6 +128,49 @@ class EvolutionarySearch(RandomSearch):
         return out
 
 
-def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int) -> RandomSearch:
+class TransferSearch(EvolutionarySearch):
+    """Nearest-tuned-shape transfer (see the module docstring). `propose()` returns None when every pick is out.
+
+    Observations before the first proposal (the tuner's warm start from the store) are the tuned shapes; the plan
+    is fixed at the first proposal, later observations do not change it.
+    """
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
+        super().__init__(families, rng)
+        self.targets = targets
+        self._plan: deque[Proposal] | None = None
+
+    def propose(self) -> Proposal | None:  # type: ignore[override]
+        if self._plan is None:
+            self._plan = deque(self._make_plan())
+        return self._plan.popleft() if self._plan else None
+
+    def _make_plan(self) -> list[Proposal]:
+        tuned = sorted(self.elites, key=lambda t: (t.m, t.n, t.k, t.acc.value))
+        picks: dict[str, tuple[Candidate, int, list[Task]]] = {}  # name -> (candidate, best rank, target shapes)
+        for target in self.targets:
+            near = sorted((t for t in tuned if t.acc is target.acc), key=lambda t: (_log_distance(t, target),
+                                                                                     t.m, t.n, t.k))
+            for tuned_shape in near[:TRANSFER_NEIGHBOURS]:
+                for rank, (_, cand) in enumerate(self.elites[tuned_shape][:TRANSFER_TOP]):
+                    prev_rank, shapes = picks.get(cand.name, (cand, rank, []))[1:]
+                    if target not in shapes:
+                        shapes.append(target)
+                    picks[cand.name] = (cand, min(rank, prev_rank), shapes)
+        ordered = sorted(picks.values(), key=lambda p: (p[1], -len(p[2]), p[0].name))
+        return [Proposal(cand, None, tuple(shapes)) for cand, _, shapes in ordered]
+
+
+def _log_distance(a: Task, b: Task) -> float:
+    """Euclidean distance of two shapes in (log2 M, log2 N, log2 K): 64x64x64 is as far from 128x64x64 as 8192 from
+    16384 in one dimension."""
+    return math.dist((math.log2(a.m), math.log2(a.n), math.log2(a.k)), (math.log2(b.m), math.log2(b.n), math.log2(b.k)))
+
+
+def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
+                  targets: tuple[Task, ...] = ()) -> RandomSearch:
+    """`targets`: the shapes of the run (the transfer strategy plans over them; the others ignore them)."""
     rng = random.Random(seed)
+    if kind is Strategy.TRANSFER:
+        return TransferSearch(families, rng, targets)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

@@ -3,6 +3,11 @@
 #   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|tune|all]   (default all = smoke, tests, bench)
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
+#     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
+#           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
+#           TUNE_MINUTES (default 0) of sample tuning, then GRID_MINUTES (default 5) of `cudal2 tune --strategy
+#           transfer` over the grid, then REMEASURE=1 re-times the tuned sample's best kernels in server and
+#           wallclock mode; reports (offline grid and LLM shapes, server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
@@ -85,5 +90,44 @@ if [[ $what == tune ]]; then
   timeout "${OPS_BENCH_TIMEOUT:-180}" python3 benchmarks/ops_bench.py --db "$OUT/tune.sqlite" --min-speedup 0 \
     --out /tmp/tune-out/ops_bench.json 2>&1 | tee "$OUT/ops_bench.log" || rc=1
   tar -czf "$OUT/tune_reports.tar.gz" -C /tmp/tune-out .
+fi
+if [[ $what == grid ]]; then
+  store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
+  db=/tmp/grid.sqlite
+  mkdir -p /tmp/grid-out
+  [[ -f $db || ! -f $store ]] || gunzip -c "$store" > "$db" || rc=1  # a warm machine keeps its own copy
+  if [[ ${TUNE_MINUTES:-0} != 0 ]]; then
+    python3 benchmarks/tune_gpu.py --budget-minutes "$TUNE_MINUTES" --per-bucket "${TUNE_PER_BUCKET:-6}" \
+      --target-ms "${GRID_TARGET_MS:-20}" --db "$db" --out /tmp/grid-out/tune_gpu.md 2>&1 | tee "$OUT/tune.log" \
+      | grep -v '^\[job' || rc=1
+  fi
+  if [[ ${GRID_MINUTES:-5} != 0 ]]; then
+    python3 -m cudal2.cli tune --shapes data/grid.csv --strategy transfer --budget-minutes "${GRID_MINUTES:-5}" \
+      --target-ms "${GRID_TARGET_MS:-20}" --db "$db" > "$OUT/grid.log" 2>&1 || rc=1
+    grep -v '^\[job\|^|' "$OUT/grid.log" | tail -n 20
+  fi
+  if [[ ${REMEASURE:-0} != 0 ]]; then
+    sample=/tmp/grid-out/sample.csv
+    python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from tune_gpu import stratified_sample
+keep = {f"{t.m},{t.n},{t.k}," for t in stratified_sample(int(sys.argv[1]))}
+lines = open("data/grid.csv").read().splitlines()
+print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k in keep)]))' \
+      "${TUNE_PER_BUCKET:-6}" > "$sample"
+    for mode in server wallclock; do
+      python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
+        2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+      python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_sample_$mode.md" \
+        >/dev/null 2>&1 || echo "report sample $mode: exit $?"
+    done
+    python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out /tmp/grid-out/report_sample_offline.md >/dev/null 2>&1
+  fi
+  for set in data/grid.csv data/llm_shapes.csv; do
+    name=$(basename "$set" .csv)
+    python3 -m cudal2.cli report --shapes "$set" --db "$db" --out "/tmp/grid-out/report_$name.md" \
+      --heatmap "/tmp/grid-out/heatmap_$name.png" >/dev/null 2>&1 || echo "report $name: exit $?"
+  done
+  head -n 40 /tmp/grid-out/report_grid.md
+  tar -czf "$OUT/grid_reports.tar.gz" -C /tmp/grid-out .
+  gzip -c "$db" > "$OUT/$(basename "$store")"
 fi
 exit $rc

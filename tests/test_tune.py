@@ -19,7 +19,15 @@ from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
 from cudal2.tune_log import ConfigRecord, TuneLog
-from cudal2.tune_search import ELITE, Candidate, EvolutionarySearch, RandomSearch, Strategy
+from cudal2.tune_search import (
+    ELITE,
+    TRANSFER_TOP,
+    Candidate,
+    EvolutionarySearch,
+    RandomSearch,
+    Strategy,
+    TransferSearch,
+)
 from tests.tune_fakes import BASELINE_US, FAKE_GPU, simulated_us
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +108,32 @@ def test_evolutionary_search_breeds_from_the_elite_of_a_shape():
         assert all(v in space[k] for k, v in config_params(c.candidate.cfg).items())
     names = {p.name for p in parents}
     assert sum(c.candidate.name not in names for c in children) > 50  # mostly new configs
+
+
+def _small(k_unroll: int) -> Candidate:
+    return Candidate(SMALL, SMALL.make({**config_params(SMALL.default()), "k_unroll": k_unroll}))
+
+
+def test_transfer_gives_every_target_the_best_configs_of_its_nearest_tuned_shapes():
+    tiny, big = Task(64, 64, 64), Task(4096, 4096, 4096)
+    targets = (Task(64, 128, 64), Task(128, 64, 64), Task(8192, 4096, 4096), big)
+    search = TransferSearch((SMALL,), random.Random(0), targets)
+    a, b, c, d = _small(1), _small(2), _small(4), Candidate(SM80, SM80.default())
+    for cand, us in ((a, 3.0), (b, 2.0), (c, 9.0)):  # tiny: b, then a, then c
+        search.observe(cand, tiny, us)
+    for cand, us in ((d, 100.0), (c, 120.0), (a, 500.0)):  # big: d, then c
+        search.observe(cand, big, us)
+    plan = []
+    while (p := search.propose()) is not None:
+        plan.append(p)
+    assert search.propose() is None  # the plan is spent
+    picked = {p.candidate.name: set(p.shapes) for p in plan}
+    assert len(picked) == len(plan)  # one proposal per config, with all its shapes
+    # Each target's two nearest tuned shapes are tiny and big; each gives its TRANSFER_TOP fastest.
+    assert TRANSFER_TOP == 2 and set(picked) == {a.name, b.name, c.name, d.name}
+    assert all(picked[x.name] == set(targets) for x in (a, b, c, d))
+    assert {plan[0].candidate.name, plan[1].candidate.name} == {b.name, d.name}  # rank-0 picks first
+    assert all(p.focus is None for p in plan)
 
 
 # ---------------------------------------------------------------------------------------- compile-only runs
@@ -199,7 +233,7 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     code, out, err = run_cli(capsys, "tune", "--mnk", "64_64_64", "--mnk", "77_1000_333", "--family", "small",
                              "--max-configs", "1", "--compile-only", "--db", db, "--jobs", "1")
     assert code == 0, err
-    assert "small-bm32-bn64" in out and "1 configs (1 evaluated" in out
+    assert "small-bm32-bn64" in out and "1 configs (1 sent in 1 jobs" in out
     code, out, _ = run_cli(capsys, "tune", "--mnk", "64_64_64", "--show", "--db", db)
     assert code == 0 and "| 64_64_64 | fp32 | - |" in out
 
@@ -263,3 +297,22 @@ def test_gpu_path_ranks_resumes_and_reports_with_a_simulated_gpu(tmp_path, monke
                             out=lines.append, runner=SIMULATED)
     assert evolutionary.warm_start == 6 and evolutionary.submitted >= 1
     assert min(b.median_us for b in evolutionary.best) <= min(b.median_us for b in first.best)
+
+
+@pytest.mark.nvcc
+def test_transfer_run_covers_a_larger_set_in_chunks_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    monkeypatch.setattr(tune, "MAX_JOB_SHAPES", 2)
+    options = _options(tmp_path, compile_only=False, max_configs=3)
+    tuned = tune.run(options, TWO_SHAPES, runner=SIMULATED)  # the "sample": 3 configs on 2 shapes
+    assert tuned.statuses[Status.OK.value] == 6
+    grid = [*TWO_SHAPES, Task(64, 128, 64), Task(128, 64, 64), Task(80, 1000, 333), Task(77, 1024, 320)]
+    transfer = replace(options, strategy=Strategy.TRANSFER, max_configs=50)
+    lines: list[str] = []
+    first = tune.run(transfer, grid, out=lines.append, runner=SIMULATED)
+    assert first.stop_reason == "the strategy has proposed everything it had"
+    assert first.warm_start == 6 and first.submitted >= 2 and first.jobs > first.submitted  # chunks of 2 shapes
+    assert {b.task for b in first.best} == set(grid)  # every shape has a verified kernel now
+    assert all(len(line.split("(")[1].split(" shape")[0]) <= 2 for line in lines if "shape" in line)
+    again = tune.run(transfer, grid, runner=SIMULATED)
+    assert again.submitted == 0 and again.resumed >= first.submitted

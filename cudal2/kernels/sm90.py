@@ -10,7 +10,9 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue
     schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
-              (cooperative only: K-splits of the tail tiles across SMs, reduced deterministically in the workspace)
+              (cooperative only: K-splits of the tail tiles across SMs, reduced deterministically in the workspace);
+              with `splits` > 1 the stream-K scheduler runs plain split-K instead: every output tile's K loop in
+              `splits` equal ranges on different CTAs, for skinny long-K shapes that have fewer tiles than SMs
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N)
 
@@ -82,6 +84,7 @@ class Sm90Config:
     stages: int
     swizzle: int  # tile rasterisation swizzle (CUTLASS max_swizzle_size): neighbouring CTAs share L2 tiles
     acc: Acc
+    splits: int = 1  # > 1: split-K into this many K ranges per tile (stream-K scheduler in SplitK mode)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -96,6 +99,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "stages": (0, 2, 3, 4, 5, 6, 7, 8),
     "swizzle": (1, 2, 4, 8),
     "acc": tuple(Acc),
+    "splits": (1, 2, 4, 8, 16),
 }
 
 
@@ -176,6 +180,8 @@ class Sm90Family:
             return f"cooperative splits BM across 2 consumer warpgroups of 64 rows: needs BM >= 128, got {cfg.bm}"
         if cfg.schedule is Schedule.PINGPONG and cfg.scheduler is Scheduler.STREAMK:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
+        if cfg.splits > 1 and cfg.scheduler is not Scheduler.STREAMK:
+            return f"split-K (splits={cfg.splits}) runs in CUTLASS's stream-K scheduler; the persistent one has none"
         if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
             return (f"{regs} accumulator registers per consumer thread (> {MAX_ACC_REGS}) for a {cfg.bm}x{cfg.bn} "
                     f"{cfg.acc.value} tile under {cfg.schedule.value}: it would spill")
@@ -225,6 +231,12 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         if cfg.stages == 0 else f"cutlass::gemm::collective::StageCount<{cfg.stages}>"
     )
     scheduler = "StreamKScheduler" if cfg.scheduler is Scheduler.STREAMK else "PersistentScheduler"
+    # Split-K through the stream-K scheduler: `splits` K ranges per tile, partials reduced in the workspace in a
+    # fixed order (ReductionMode::Deterministic, CUTLASS's default). Only the stream-K arguments have these fields.
+    split_k = ("" if cfg.splits == 1 else
+               f"\n  args.scheduler.splits = {cfg.splits};  // K ranges per output tile\n"
+               "  args.scheduler.decomposition_mode =\n"
+               "      cutlass::gemm::kernel::detail::DecompositionMode::SplitK;  // not stream-K's own heuristic")
     n_align = "N % 8 == 0 (TMA store)" if cfg.epilogue is Epilogue.TMA else "any N"
     design = {
         Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
@@ -234,9 +246,13 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                            "while one\n//     stores its tile (epilogue), the other computes the next one.",
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
                               "swizzled order.",
-        Scheduler.STREAMK: "Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
-                           "partial sums\n//     meet in the workspace and are reduced in a fixed order "
-                           "(deterministic).",
+        Scheduler.STREAMK: ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
+                            "partial sums\n//     meet in the workspace and are reduced in a fixed order "
+                            "(deterministic)." if cfg.splits == 1 else
+                            f"Split-K through the stream-K scheduler: each output tile's K loop in {cfg.splits} "
+                            "equal ranges on\n//     different CTAs (more CTAs than tiles for skinny long-K shapes); "
+                            "partial sums meet in the\n//     workspace and are reduced in a fixed order "
+                            "(deterministic)."),
         Epilogue.TMA: "Epilogue: accumulators -> half -> swizzled shared memory -> TMA store (clipped at M, N). "
                       "C (beta * C) is void: never read.",
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
@@ -254,6 +270,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
         "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
+        "splits": str(cfg.splits), "split_k": split_k,
     }
 
 
@@ -265,7 +282,7 @@ _HEADER = string.Template(r"""// $name
 // Config
 //   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
 //   kernel schedule    = $schedule ($kernel)
-//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle
+//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle, split-K $splits
 //   epilogue           = $epilogue_name ($epilogue)
 //   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
 //
@@ -358,7 +375,7 @@ static typename Gemm::Arguments make_arguments(const half* A, const half* B, hal
       hw};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  args.scheduler.max_swizzle_size = $swizzle;
+  args.scheduler.max_swizzle_size = $swizzle;$split_k
   return args;
 }
 

@@ -98,7 +98,7 @@ def default_db_path() -> Path:
 
 
 def _mode_value(mode: Mode | str) -> str:
-    """'offline' or 'server'; ValueError on anything else."""
+    """A Mode's value ('offline', 'server', 'wallclock'); ValueError on anything else."""
     return Mode(mode).value
 
 

@@ -32,10 +32,14 @@ class Mode(str, Enum):
 
     offline: back-to-back calls (CUDA-graph replay when the candidate is capture-safe), rotating input sets.
     server: the L2 is flushed before each call and calls arrive as a Poisson process; P50/P99 latency.
+    wallclock: CUDA-L2's method, kept only to compare with its published tables: host wall clock around one plain
+        call and a stream synchronisation, the same inputs every call (warm L2), launch overhead included. It
+        flatters small shapes' rivals less than it flatters kernels that allocate or synchronise; never a reward.
     """
 
     OFFLINE = "offline"
     SERVER = "server"
+    WALLCLOCK = "wallclock"
 
 
 class Status(str, Enum):

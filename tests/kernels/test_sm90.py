@@ -96,7 +96,7 @@ def test_config_names_are_distinct_and_stable():
     assert len(names) == 500
     assert config_name(FAMILY, DEFAULT) == (
         "sm90_wgmma-bm128-bn256-bk64-cluster_m1-cluster_n2-schedulecooperative-schedulerpersistent-epiloguetma"
-        "-stages0-swizzle1-accfp32"
+        "-stages0-swizzle1-accfp32-splits1"
     )
 
 
@@ -112,6 +112,7 @@ def test_config_names_are_distinct_and_stable():
         (cfg(schedule=Schedule.PINGPONG, bm=128, bn=256), "256 accumulator registers"),
         (cfg(bm=256, bn=256, bk=128, acc=Acc.FP16), "only 1 stage(s)"),
         (cfg(bn=128, stages=8), "bytes of shared memory"),
+        (cfg(splits=4), "runs in CUTLASS's stream-K scheduler"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -186,7 +187,10 @@ def test_render_maps_every_choice_into_the_source():
                   "using ElementAccumulator = cutlass::half_t;", "kAlignD = 1;"):
         assert piece in src, piece
     assert "StreamKScheduler" in FAMILY.render(cfg(scheduler=Scheduler.STREAMK))
-    assert check_source(src) == []
+    assert "DecompositionMode" not in src + FAMILY.render(cfg(scheduler=Scheduler.STREAMK))
+    split = FAMILY.render(cfg(scheduler=Scheduler.STREAMK, splits=8))
+    assert "args.scheduler.splits = 8;" in split and "DecompositionMode::SplitK" in split
+    assert check_source(src) == [] and check_source(split) == []
 
 
 def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
@@ -199,10 +203,11 @@ def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules()
 
 # ---------------------------------------------------------------------------------------------------- nvcc
 
-# Two configs that together take every value of schedule, scheduler, epilogue, acc, cluster and stages mode.
+# Two configs that together take every value of schedule, scheduler, epilogue, acc, cluster and stages mode, and
+# split-K's arguments.
 COMPILE_SAMPLE = [
     cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM,
-        acc=Acc.FP16),
+        acc=Acc.FP16, splits=4),
     cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2),
 ]
 
@@ -259,8 +264,9 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, schedule=Schedule.PINGPONG, epilogue=Epilogue.NOSMEM, stages=4,
         swizzle=2),
     cfg(bm=256, bn=128, cluster_m=2, cluster_n=1, epilogue=Epilogue.NOSMEM, acc=Acc.FP16),
+    cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16),
 ]
-LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192)]
+LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72)]  # the last one: N % 8 != 0, the no-smem epilogue only
 # Correctness only (the runtime checks all run); no baselines, short timing: benchmarks/sm90_gpu.py measures.
 GPU_CHECKS = EvalOptions(fresh=True, baselines=False, target_ms=5, warmup_ms=2, min_reps=3, max_reps=10,

@@ -92,6 +92,15 @@ def test_server_mode_reports_latency_percentiles():
     assert res.speedup("cublas") > 0
 
 
+def test_wallclock_mode_times_plain_calls_and_still_reverifies():
+    """CUDA-L2's method (host clock around a call and a sync): every check still runs, nothing is graph-replayed."""
+    opts = EvalOptions(fresh=True, mode=Mode.WALLCLOCK, target_ms=10, warmup_ms=2, min_reps=20, max_reps=40)
+    res = Evaluator(opts).evaluate(LEGIT, [Task(256, 512, 128)]).shapes[0]
+    assert res.status == Status.OK, res.reason
+    assert res.timings["candidate"].reps >= 20 and res.speedup("cublas") > 0
+    assert {"cublaslt_heuristic", "cublaslt_autotuned"} <= set(res.timings)
+
+
 def test_baselines_alone():
     res = Evaluator(FAST).baselines([Task(512, 512, 512)])[0]
     assert res.status == Status.OK, res.reason

@@ -14,6 +14,8 @@
 //      device must go idle as soon as the stream does.
 //   2. timing with CUDA events: offline = CUDA-graph replay of R calls over R rotating input sets
 //      (plain stream calls when the candidate cannot be captured), server = L2 flush + Poisson arrivals.
+//      wallclock = CUDA-L2's method, for comparison with its tables only: the host clock around one plain call
+//      and a stream synchronisation, the same input set every call (warm L2), launch overhead included.
 //      Baselines in the same process on the same inputs, interleaved in random order: cuBLAS
 //      (cublasGemmEx, torch.matmul's path), cuBLASLt heuristic top-1, cuBLASLt autotuned (best of <= 32).
 //   3. re-verification of the timed path: new input contents in the same buffers, outputs poisoned, the
@@ -764,15 +766,24 @@ static std::string timing_json(std::vector<float> v) {
 
 // Interleaved timing of all `ts`, in a fresh random order every repetition.
 // offline: each sample is one replay of all R sets, divided by R. server: one call after an L2 flush and a
-// Poisson-distributed idle gap; the sample is that call's device time.
+// Poisson-distributed idle gap; the sample is that call's device time. wallclock: the stream drained, then the
+// host time from issuing one call on set 0 to the end of cudaStreamSynchronize (CUDA-L2's timing).
 static bool time_all(Ctx& c, std::vector<Timed>& ts, int R, Outcome& out, const std::function<void()>& before) {
-  bool server = c.spec.mode == "server";
+  bool server = c.spec.mode == "server", wall = c.spec.mode == "wallclock";
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "event");
   ck(cudaEventCreate(&e1), "event");
   std::exponential_distribution<double> gap(c.spec.qps);
   auto one = [&](Timed& t, int set, float& us) -> bool {
     before();  // outside the timed window
+    if (wall) {
+      ck(cudaStreamSynchronize(c.s), "drain before a wall-clock sample");
+      double t0 = now_ms();
+      if (!launch(c, t, R, 0)) return false;  // set 0 every time, as CUDA-L2 reuses its tensors
+      ck(cudaStreamSynchronize(c.s), "timed call");
+      us = (float)((now_ms() - t0) * 1000.0);
+      return true;
+    }
     if (server) {
       ck(cudaMemsetAsync(c.flush, (int)(c.rng() & 0xff), c.flush_bytes, c.s), "L2 flush");
       usleep((useconds_t)std::min(1e6 * gap(c.rng), 100000.0));
@@ -823,8 +834,8 @@ static bool reverify(Ctx& c, TaskBufs& b, Timed& cand, Outcome& out) {
     fill_inputs(c, (half*)b.A[i].ptr(), (half*)b.B[i].ptr(), b.M, b.N, b.K, 0, seeds.back());
     ck(cudaMemsetAsync(b.C[i].ptr(), 0xFF, nc * 2, c.s), "poison");
   }
-  bool server = c.spec.mode == "server";
-  bool ok = server ? issue_all(cand, b.R) : launch(c, cand, b.R, -1);
+  // launch(-1) replays the offline graph (or issues every set when there is none); other modes time plain calls.
+  bool ok = c.spec.mode == "offline" ? launch(c, cand, b.R, -1) : issue_all(cand, b.R);
   if (!ok) return out.fail("runtime_error", "re-verification: the timed call failed");
   ck(cudaStreamSynchronize(c.s), "re-verification");
   double tol = b.tol_normal;
@@ -870,7 +881,7 @@ static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
                     }});
   }
   bool ok = true;
-  if (c.spec.mode != "server") {
+  if (c.spec.mode == "offline") {  // server and wallclock time plain stream calls
     for (Timed& x : ts) {
       bool empty = false;
       std::string why = capture(c, x, R, empty);
