@@ -1,6 +1,6 @@
 """`cudal2` command line.
 
-    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|server]
+    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|server|wallclock]
                 [--target-qps N] [--compile-only] [--json] [--gpu ID] [--db PATH] [--fresh]
     cudal2 baseline --mnk 64_4096_64 [--mnk ...] [--acc ...] [--mode ...] [--json] [--gpu ID]
 
@@ -66,7 +66,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parser(sub)
     _add_export_parser(sub)
     _add_tune_parser(sub)
+    _add_remeasure_parser(sub)
     return parser
+
+
+def _add_remeasure_parser(sub) -> None:
+    from cudal2.remeasure import RemeasureRequest
+
+    d = RemeasureRequest(None)
+    rm = sub.add_parser("remeasure", help="time the best verified offline kernels again in server or wallclock mode")
+    rm.add_argument("--shapes", default=None, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
+    rm.add_argument("--mnk", action="append", default=[], help="shape M_N_K (repeatable)")
+    rm.add_argument("--mode", required=True, choices=[m.value for m in Mode],
+                    help="server or wallclock (offline results are what is remeasured)")
+    rm.add_argument("--acc", default=d.acc.value, choices=[a.value for a in Acc], help="accumulation for --mnk shapes")
+    rm.add_argument("--top", type=int, default=d.top, help="offline kernels per shape, fastest first")
+    rm.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    rm.add_argument("--gpu", type=int, default=d.gpu_index, help="GPU index")
+    rm.add_argument("--target-ms", type=float, default=d.target_ms, help="timing budget per kernel per shape")
+    rm.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for the whole run")
+    rm.add_argument("--jobs", type=int, default=d.compile_workers, help="concurrent compiles (default: CPU cores)")
+    rm.set_defaults(func=cmd_remeasure)
+
+
+def cmd_remeasure(args) -> int:
+    from cudal2 import remeasure
+
+    req = remeasure.RemeasureRequest(args.shapes, tuple(args.mnk), Acc(args.acc), Mode(args.mode), args.top, args.db,
+                                     args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs)
+    try:
+        summary = remeasure.run(req)
+    except remeasure.RemeasureError as e:
+        print(f"cudal2 remeasure: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(summary.render())
+    return EXIT_OK if summary.ok else EXIT_FAILED
 
 
 def _add_tune_parser(sub) -> None:
@@ -80,7 +114,8 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--acc", default="fp32", choices=[a.value for a in Acc], help="accumulation for --mnk shapes")
     tu.add_argument("--family", action="append", default=None, choices=[f.name for f in FAMILIES] + ["all"],
                     help="kernel family to search (repeatable; default all)")
-    tu.add_argument("--strategy", default=d.strategy.value, choices=[s.value for s in Strategy])
+    tu.add_argument("--strategy", default=d.strategy.value, choices=[s.value for s in Strategy],
+                    help="transfer: no search, the best configs of the nearest tuned shapes on every shape")
     tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
     tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
     tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")
@@ -91,6 +126,8 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--gpu", type=int, default=0, help="GPU index")
     tu.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
     tu.add_argument("--show", action="store_true", help="print the best stored kernel per shape and exit")
+    tu.add_argument("--worst", type=int, default=0, help="tune only the N shapes of the set where the best stored "
+                    "kernel is slowest vs cuBLAS on this GPU (none yet: first)")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -107,13 +144,13 @@ def cmd_tune(args) -> int:
             families=tuple(args.family or ["all"]), strategy=Strategy(args.strategy),
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
-            target_ms=args.target_ms, compile_workers=args.jobs)
+            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst)
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None
     print(summary.render())
     if not args.compile_only:
-        print(tune.best_table(tasks, summary.best))
+        print(tune.best_table(summary.shapes, summary.best))
     return EXIT_OK if summary.succeeded else EXIT_FAILED
 
 

@@ -15,6 +15,11 @@ a moment and goes on after them. On a GPU the run first feeds the strategy the f
 families on these shapes, so an evolutionary re-run breeds from everything measured before (its proposals depend
 on the order results arrive in, so it does not replay the earlier sequence).
 
+`--worst N` narrows a set to its N shapes where the store's best verified kernel on this GPU is slowest against cuBLAS
+(shapes without one first): after a transfer over the 1000-shape grid, an evolutionary search there finds the kernels
+that the nearest tuned shapes could not lend (skinny long-K shapes need split-K that no large shape wins with); a
+second transfer then lends those kernels to their neighbours.
+
 At the end it prints the best verified kernel per shape from the store (this and earlier runs, any source), with
 its speedup over cuBLAS and cuBLASLt autotuned. `--show` prints that table without tuning.
 
@@ -71,6 +76,7 @@ class TuneOptions:
     target_ms: float = 50.0  # timing budget per timed kernel per shape (the evaluator's default is 150)
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
     cache_dir: Path | None = None  # compile cache; None = the evaluator's default
+    worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (GPU only)
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ class TuneSummary:
     stop_reason: str = ""
     elapsed_s: float = 0.0
     best: list[BestKernel] = field(default_factory=list)
+    shapes: tuple[Task, ...] = ()  # the shapes tuned: the set, or its --worst part
 
     @property
     def configs(self) -> int:
@@ -175,8 +182,10 @@ class Tuner:
 
     def __init__(self, options: TuneOptions, tasks: Sequence[Task], store: ResultStore, log: TuneLog,
                  out: Callable[[str], None], runner: RunnerSpec | None = None):
-        if options.max_configs < 1 or options.budget_s <= 0 or options.compile_workers < 0 or options.target_ms <= 0:
-            raise TuneInputError("--max-configs, --budget-minutes and --target-ms must be positive, --jobs >= 0")
+        if (options.max_configs < 1 or options.budget_s <= 0 or options.compile_workers < 0 or options.target_ms <= 0
+                or options.worst < 0):
+            raise TuneInputError("--max-configs, --budget-minutes and --target-ms must be positive, --jobs and "
+                                 "--worst >= 0")
         self.options = options
         self.runner = runner  # the pool's GPU stage (None: the evaluator); tests substitute a simulated one
         self.tasks = tuple(tasks)
@@ -185,6 +194,10 @@ class Tuner:
         self.gpu: GpuInfo | None = None if options.compile_only else detect_gpu(options.gpu_index)
         if self.gpu is None and not options.compile_only:
             raise TuneInputError("no CUDA GPU visible on this machine: use --compile-only")
+        if options.worst:
+            if self.gpu is None:
+                raise TuneInputError("--worst ranks this GPU's stored results: it needs a GPU, not --compile-only")
+            self.tasks = worst_shapes(store, log, self.tasks, self.gpu.label, options.worst)
         self.arch = options.arch or (self.gpu.arch if self.gpu else DEFAULT_ARCH)
         try:
             nvcc_flags(self.arch)
@@ -193,7 +206,7 @@ class Tuner:
         self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks)
         self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
         self.ok_configs: set[str] = set()  # source hashes that compiled or ran ok on some shape
-        self.summary = TuneSummary()
+        self.summary = TuneSummary(shapes=self.tasks)
         self.seen: set[str] = set()
         self.best_us: dict[Task, float] = {}
         self.started = time.monotonic()
@@ -345,7 +358,7 @@ class Tuner:
             jobs.remove(job)
             self._succeeded(job, any(r.status == Status.OK for r in results))
             improved = self._observe(job, results)
-            self._progress(job, "resumed: " + _shapes_text(results) + _best_text(improved))
+            self._progress(job, "resumed: " + shapes_text(results) + _best_text(improved))
         if jobs:
             return False
         self.summary.resumed += 1
@@ -365,7 +378,7 @@ class Tuner:
         improved = self._observe(job, list(res.shapes))
         what = _compile_text(record) if record is not None else res.shapes[0].reason
         if self.gpu is not None:
-            what += " | " + _shapes_text(list(res.shapes)) + _best_text(improved)
+            what += " | " + shapes_text(list(res.shapes)) + _best_text(improved)
         self._progress(job, what)
 
     def _observe(self, job: _Job, results: Sequence[ShapeResult]) -> int:
@@ -424,7 +437,8 @@ def _best_text(improved: int) -> str:
     return f"; best so far on {improved} shape{'s' if improved != 1 else ''}" if improved else ""
 
 
-def _shapes_text(results: Sequence[ShapeResult]) -> str:
+def shapes_text(results: Sequence[ShapeResult]) -> str:
+    """One progress line's outcome of a job: statuses, the range of speedups over cuBLAS, the first failure."""
     counts = Counter(r.status.value for r in results)
     text = ", ".join(f"{k} {v}/{len(results)}" for k, v in sorted(counts.items()))
     speedups = [r.speedup("cublas") for r in results if r.status == Status.OK]
@@ -450,6 +464,13 @@ def best_kernels(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpus: 
                 out.append(BestKernel(task, gpu, h, record.name if record else None,
                                       res.timings["candidate"].median_us, res.speedups()))
     return out
+
+
+def worst_shapes(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpu: str, n: int) -> tuple[Task, ...]:
+    """The `n` shapes of `tasks` where the best verified kernel on `gpu` is slowest against cuBLAS; shapes without
+    one (or without a cuBLAS time) come first. Ties keep the set's order."""
+    speedup = {b.task: b.speedups.get("cublas", 0.0) for b in best_kernels(store, log, tasks, [gpu])}
+    return tuple(sorted(tasks, key=lambda t: speedup.get(t, 0.0))[:n])
 
 
 def best_table(tasks: Sequence[Task], best: Sequence[BestKernel]) -> str:

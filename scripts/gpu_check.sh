@@ -6,8 +6,10 @@
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
 #           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
 #           TUNE_MINUTES (default 0) of sample tuning, then GRID_MINUTES (default 5) of `cudal2 tune --strategy
-#           transfer` over the grid, then REMEASURE=1 re-times the tuned sample's best kernels in server and
-#           wallclock mode; reports (offline grid and LLM shapes, server and wallclock sample) in one archive
+#           transfer` over the grid, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
+#           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, then REMEASURE=1 re-times
+#           the tuned sample's best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
+#           server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
@@ -101,10 +103,18 @@ if [[ $what == grid ]]; then
       --target-ms "${GRID_TARGET_MS:-20}" --db "$db" --out /tmp/grid-out/tune_gpu.md 2>&1 | tee "$OUT/tune.log" \
       | grep -v '^\[job' || rc=1
   fi
+  grid_tune() {  # extra cudal2 tune arguments; the log keeps every round's summary, not its per-job lines
+    python3 -m cudal2.cli tune --shapes data/grid.csv --target-ms "${GRID_TARGET_MS:-20}" --db "$db" "$@" \
+      > /tmp/grid-out/round.log 2>&1 || rc=1
+    { echo "== cudal2 tune $*"; grep -v '^\[job\|^|' /tmp/grid-out/round.log; } | tee -a "$OUT/grid.log"
+  }
   if [[ ${GRID_MINUTES:-5} != 0 ]]; then
-    python3 -m cudal2.cli tune --shapes data/grid.csv --strategy transfer --budget-minutes "${GRID_MINUTES:-5}" \
-      --target-ms "${GRID_TARGET_MS:-20}" --db "$db" > "$OUT/grid.log" 2>&1 || rc=1
-    grep -v '^\[job\|^|' "$OUT/grid.log" | tail -n 20
+    grid_tune --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
+    for ((round = 1; round <= ${WORST_ROUNDS:-0}; round++)); do
+      grid_tune --worst "${WORST_SHAPES:-40}" --strategy evolutionary --budget-minutes "${WORST_MINUTES:-3}" \
+        --seed "$round"
+      grid_tune --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
+    done
   fi
   if [[ ${REMEASURE:-0} != 0 ]]; then
     sample=/tmp/grid-out/sample.csv

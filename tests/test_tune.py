@@ -136,6 +136,20 @@ def test_transfer_gives_every_target_the_best_configs_of_its_nearest_tuned_shape
     assert all(p.focus is None for p in plan)
 
 
+def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_path):
+    fast, slow, slower, unmeasured = Task(64, 64, 64), Task(128, 64, 64), Task(256, 64, 64), Task(512, 64, 64)
+    timings = lambda us: {"candidate": Timing(us, us, us, us, us, 0.0, 10),  # noqa: E731
+                          "cublas": Timing(10.0, 10.0, 10.0, 10.0, 10.0, 0.0, 10)}
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        for task, us in ((fast, 5.0), (slow, 20.0), (slower, 40.0)):
+            store.put_result("a" * 64, FAKE_GPU.label, "offline", ShapeResult(task, Status.OK, "", 1e-5, timings(us)))
+        store.put_result("b" * 64, FAKE_GPU.label, "offline", ShapeResult(fast, Status.OK, "", 1e-5, timings(50.0)))
+        store.put_result("c" * 64, "another GPU", "offline", ShapeResult(unmeasured, Status.OK, "", 1e-5, timings(1.0)))
+        tasks = [fast, slow, slower, unmeasured]
+        assert tune.worst_shapes(store, log, tasks, FAKE_GPU.label, 3) == (unmeasured, slower, slow)
+        assert tune.worst_shapes(store, log, tasks, FAKE_GPU.label, 9) == (unmeasured, slower, slow, fast)
+
+
 # ---------------------------------------------------------------------------------------- compile-only runs
 
 
@@ -244,6 +258,8 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     ["--compile-only"],
     ["--mnk", "64_64_64", "--budget-minutes", "-1", "--compile-only"],
     ["--mnk", "64_64_64"],  # no GPU here and not --compile-only
+    ["--mnk", "64_64_64", "--worst", "1", "--compile-only"],  # --worst ranks GPU results
+    ["--mnk", "64_64_64", "--worst", "-1", "--compile-only"],
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv):
     code, out, err = run_cli(capsys, "tune", *argv, "--db", str(tmp_path / "r.sqlite"))
@@ -316,3 +332,8 @@ def test_transfer_run_covers_a_larger_set_in_chunks_and_resumes(tmp_path, monkey
     assert all(len(line.split("(")[1].split(" shape")[0]) <= 2 for line in lines if "shape" in line)
     again = tune.run(transfer, grid, runner=SIMULATED)
     assert again.submitted == 0 and again.resumed >= first.submitted
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        ranked = sorted(tune.best_kernels(store, log, grid, [FAKE_GPU.label]), key=lambda b: b.speedups["cublas"])
+    worst = tune.run(replace(options, strategy=Strategy.RANDOM, max_configs=6, worst=2), grid, runner=SIMULATED)
+    assert worst.shapes == tuple(b.task for b in ranked[:2])  # the two where the stored best is slowest
+    assert worst.submitted >= 1 and {b.task for b in worst.best} == set(worst.shapes)

@@ -30,6 +30,7 @@ def _timing(us: float) -> Timing:
 class SimulatedGpu:
     def __init__(self, options, gpu_index: int, db_path):
         self.store = open_store(db_path)
+        self.mode = Mode(options.mode)  # results are stored under the pool's mode, as the evaluator stores them
 
     def run(self, prepared) -> EvalResult:
         if prepared.final is not None:
@@ -42,7 +43,7 @@ class SimulatedGpu:
         if self.store is not None:
             self.store.put_source(prepared.source_hash, prepared.source)
             for s in shapes:
-                self.store.put_result(prepared.source_hash, FAKE_GPU.label, Mode.OFFLINE, s)
+                self.store.put_result(prepared.source_hash, FAKE_GPU.label, self.mode, s)
         return EvalResult(prepared.source_hash, FAKE_GPU.label, EVALUATOR_VERSION, prepared.compile, tuple(shapes))
 
 

@@ -1,0 +1,224 @@
+"""`cudal2 remeasure`: time the best verified offline kernels of a shape set again in another mode (server or
+wallclock), so that the leaderboard (`cudal2 report --mode ...`) has those figures too.
+
+    shapes (--shapes PATH[:split] / --mnk) ──► per shape: store.best(offline, this GPU, top N), newest ok results
+        ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it
+        ──► group by source hash: one job = one kernel on up to MAX_JOB_SHAPES of its shapes
+        ──► SandboxPool.submit(source, shapes) with EvalOptions(mode=target): one compile per kernel (cached), one
+            harness process times the kernel and the baselines per job; the evaluator stores every result under
+            the target mode, so `report --mode target` finds kernel and baseline figures of the same process
+    until every job is done or the time budget is spent (jobs still queued then are cancelled: a re-run does them).
+
+Shapes without a verified offline kernel on this GPU are counted and listed, never measured.
+Units: times in seconds unless named `_ms` / `_us`; speedups are baseline time over kernel time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudal2.report import kernel_name
+from cudal2.sandbox.evaluator import EvalOptions
+from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
+from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
+from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
+from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
+from cudal2.tune_log import TuneLog
+
+SHOWN_MISSING = 8  # shapes without a kernel named in the summary; the rest are counted
+
+
+class RemeasureError(ValueError):
+    """Bad input (shapes, mode, budgets, store, no GPU); one line for the user."""
+
+
+@dataclass(frozen=True)
+class RemeasureRequest:
+    shapes: str | None  # PATH or PATH:train|heldout (a shape CSV, cudal2.data); None: only `mnks`
+    mnks: tuple[str, ...] = ()  # extra M_N_K shapes, accumulation `acc`
+    acc: Acc = Acc.FP32
+    mode: Mode = Mode.SERVER  # the mode to measure in; never OFFLINE (that is what is remeasured)
+    top: int = 1  # offline kernels per shape, fastest first
+    db_path: str | None = None  # result store; None = default_db_path()
+    gpu_index: int = 0
+    target_ms: float = 30.0  # timing budget per timed kernel per shape, milliseconds
+    budget_s: float = 600.0  # wall clock for the whole run; queued jobs are cancelled at the deadline
+    compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
+
+    def problems(self) -> list[str]:
+        return [why for bad, why in (
+            (self.mode == Mode.OFFLINE, "--mode offline: offline results are what is remeasured; use server/wallclock"),
+            (self.top < 1, f"--top {self.top}: must be >= 1"),
+            (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
+            (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0")) if bad]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel on some of its shapes: compiled once, evaluated in one harness process."""
+
+    source_hash: str
+    source: str
+    tasks: tuple[Task, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    jobs: tuple[Job, ...]
+    already_measured: int  # (kernel, shape) pairs with a result in the target mode: not measured again
+    without_kernel: tuple[Task, ...]  # shapes with no verified offline kernel on this GPU
+    without_source: int  # (kernel, shape) pairs whose source text is not in the store: cannot be compiled
+
+
+def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1) -> Plan:
+    """What to measure: the `top` best verified offline kernels per shape on `gpu_label`, less the (kernel, shape)
+    pairs already measured in `mode`, grouped by kernel (first-seen order) in chunks of MAX_JOB_SHAPES."""
+    by_kernel: dict[str, list[Task]] = {}
+    without_kernel: list[Task] = []
+    measured = 0
+    for task in tasks:
+        best = store.best(task, gpu_label, mode=Mode.OFFLINE, baseline=None, limit=top)
+        if not best:
+            without_kernel.append(task)
+        for h, _ in best:
+            if store.measured_at(h, task, gpu_label, mode) is not None:
+                measured += 1
+            else:
+                by_kernel.setdefault(h, []).append(task)
+    jobs: list[Job] = []
+    without_source = 0
+    for h, kernel_tasks in by_kernel.items():
+        source = store.get_source(h)
+        if source is None:
+            without_source += len(kernel_tasks)
+            continue
+        jobs += [Job(h, source, tuple(kernel_tasks[i:i + MAX_JOB_SHAPES]))
+                 for i in range(0, len(kernel_tasks), MAX_JOB_SHAPES)]
+    return Plan(tuple(jobs), measured, tuple(without_kernel), without_source)
+
+
+@dataclass
+class RemeasureSummary:
+    mode: Mode
+    gpu: str
+    plan: Plan
+    finished: int = 0  # jobs whose results came back (evaluated or not)
+    measured: int = 0  # (kernel, shape) pairs evaluated in this run
+    not_evaluated: int = 0  # (kernel, shape) pairs cancelled at the deadline or never submitted
+    statuses: Counter = field(default_factory=Counter)  # per-shape statuses of this run's evaluations
+    stop_reason: str = ""
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Every planned evaluation ran and was ok."""
+        return not self.not_evaluated and all(s == Status.OK.value for s in self.statuses)
+
+    def render(self) -> str:
+        p, mode = self.plan, self.mode.value
+        lines = [f"{mode} mode on {self.gpu}: {self.finished}/{len(p.jobs)} jobs, {self.measured} (kernel, shape) "
+                 f"evaluations, {self.not_evaluated} not evaluated, in {self.elapsed_s:.0f} s; "
+                 f"stopped: {self.stop_reason}",
+                 f"skipped: {p.already_measured} (kernel, shape) already measured in {mode} mode, "
+                 f"{p.without_source} without a stored source"]
+        if self.statuses:
+            lines.append("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())))
+        if p.without_kernel:
+            extra = len(p.without_kernel) - SHOWN_MISSING
+            more = f", ... {extra} more" if extra > 0 else ""
+            lines.append(f"no verified offline kernel: {len(p.without_kernel)} shapes "
+                         f"({', '.join(t.mnk for t in p.without_kernel[:SHOWN_MISSING])}{more})")
+        return "\n".join(lines)
+
+
+class _Run:
+    """A plan's jobs through one SandboxPool until all are back or the deadline; fills the summary."""
+
+    def __init__(self, summary: RemeasureSummary, names: dict[str, str], out: Callable[[str], None], started: float):
+        self.summary, self.names, self.out, self.started = summary, names, out, started
+
+    def execute(self, jobs: Sequence[Job], config: PoolConfig, runner: RunnerSpec | None, deadline: float) -> None:
+        pending: deque[Job] = deque(jobs)
+        inflight: dict[Future, Job] = {}
+        timed_out = False
+        pool = SandboxPool(config, runner)
+        try:
+            # At most compile_workers + 2 jobs submitted at once: the rest wait here, none compiles after the deadline.
+            while not timed_out and (pending or inflight):
+                while pending and len(inflight) < config.compile_workers + 2 and time.monotonic() < deadline:
+                    job = pending.popleft()
+                    inflight[pool.submit(job.source, job.tasks, caller="remeasure")] = job
+                timed_out = time.monotonic() >= deadline
+                if inflight:
+                    done, _ = wait(inflight, timeout=max(0.1, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        self._finish(inflight.pop(fut), fut.result())
+                    timed_out = time.monotonic() >= deadline and bool(pending or inflight)
+        finally:
+            pool.shutdown(wait=False)  # queued jobs are cancelled (internal_error results), running ones finish
+        for fut, job in inflight.items():
+            self._finish(job, fut.result())
+        self.summary.not_evaluated += sum(len(j.tasks) for j in pending)
+        self.summary.stop_reason = "time budget spent" if timed_out else "all jobs done"
+
+    def _finish(self, job: Job, res: EvalResult) -> None:
+        self.summary.finished += 1
+        if all(s.status == Status.INTERNAL_ERROR for s in res.shapes):  # cancelled at the deadline or a pool failure
+            self.summary.not_evaluated += len(job.tasks)
+            what = f"not evaluated: {res.shapes[0].reason[:120]}"
+        else:
+            self.summary.measured += len(res.shapes)
+            self.summary.statuses.update(s.status.value for s in res.shapes)
+            what = shapes_text(res.shapes)
+        t, n = int(time.monotonic() - self.started), len(self.summary.plan.jobs)
+        self.out(f"[{self.summary.finished:4d}/{n} {t // 60}m{t % 60:02d}s] {job.source_hash[:12]} "
+                 f"{self.names[job.source_hash]} ({len(job.tasks)} shapes) {what}")
+
+
+def run(request: RemeasureRequest, out: Callable[[str], None] = print,
+        runner: RunnerSpec | None = None) -> RemeasureSummary:
+    """Remeasure (see the module docstring); raises RemeasureError for bad input. `runner`: the pool's GPU stage
+    (None: the evaluator; tests substitute a simulated GPU)."""
+    started = time.monotonic()
+    if request.problems():
+        raise RemeasureError("; ".join(request.problems()))
+    try:
+        tasks = load_tasks(request.shapes, request.mnks, request.acc.value)
+    except TuneInputError as e:
+        raise RemeasureError(str(e)) from None
+    db = Path(request.db_path) if request.db_path else default_db_path()
+    if not db.is_file():
+        raise RemeasureError(f"{db}: no result store there (tune or evaluate kernels first, or pass --db)")
+    gpu = detect_gpu(request.gpu_index)
+    if gpu is None:
+        raise RemeasureError(f"no CUDA GPU visible at index {request.gpu_index}: remeasuring times kernels on one")
+    try:
+        with ResultStore(db) as store, TuneLog(store) as log:
+            p = plan(store, tasks, gpu.label, request.mode, request.top)
+            # progress lines name a kernel by its tuner config, else by its first comment line
+            names = {j.source_hash: getattr(log.config_of(j.source_hash), "name", None) or kernel_name(j.source)
+                     or "(unnamed)" for j in p.jobs}
+    except StoreError as e:
+        raise RemeasureError(str(e)) from None
+    summary = RemeasureSummary(request.mode, gpu.label, p)
+    kernels = len({j.source_hash for j in p.jobs})
+    out(f"{len(tasks)} shapes: {len(p.jobs)} jobs ({kernels} kernels, {sum(len(j.tasks) for j in p.jobs)} "
+        f"(kernel, shape) pairs) to measure in {request.mode.value} mode on {gpu.label}")
+    if p.jobs:
+        workers = request.compile_workers or os.cpu_count() or 1
+        # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.
+        config = PoolConfig(gpus=(gpu.index,), compile_workers=workers, gpu_queue=max(2, workers), db_path=str(db),
+                            eval=EvalOptions(mode=request.mode, gpu_index=gpu.index, arch=gpu.arch,
+                                             target_ms=request.target_ms))
+        _Run(summary, names, out, started).execute(p.jobs, config, runner, started + request.budget_s)
+    else:
+        summary.stop_reason = "nothing to measure"
+    summary.elapsed_s = time.monotonic() - started
+    return summary

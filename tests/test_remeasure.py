@@ -1,0 +1,210 @@
+"""`cudal2 remeasure`: the plan on a fixture store (grouping, chunking, skipping), a run through the pool with the
+simulated GPU of tests/tune_fakes.py, the time budget, the CLI's errors; on a GPU tune -> remeasure -> report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cudal2 import cli, remeasure, tune
+from cudal2.data import ShapeRow
+from cudal2.kernels.small import SmallFamily
+from cudal2.remeasure import RemeasureError, RemeasureRequest, plan
+from cudal2.report import collect
+from cudal2.sandbox.evaluator import source_hash
+from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.pool import RunnerSpec
+from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.types import Mode, Status, Task
+from cudal2.tune import MAX_JOB_SHAPES
+from cudal2.tune_log import ConfigRecord, TuneLog
+from cudal2.tune_search import Strategy
+from tests.library_fixtures import GPU, kernel_source, ok_result
+from tests.sandbox.test_store import failed_result
+from tests.tune_fakes import FAKE_GPU, simulated_us
+
+SIMULATED = RunnerSpec("tests.tune_fakes:simulated_gpu")
+TWO = (Task(64, 64, 64), Task(128, 128, 128))
+NO_KERNEL = Task(256, 256, 256)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDAL2_NO_GPU", "1")  # the CPU path, also when a GPU happens to be present
+
+
+def _put(store: ResultStore, tag: str, task: Task, cand_us: float, *, gpu: str = GPU, mode: Mode = Mode.OFFLINE,
+         with_source: bool = True) -> str:
+    source = kernel_source(tag)
+    h = source_hash(source)
+    if with_source:
+        store.put_source(h, source)
+    store.put_result(h, gpu, mode, ok_result(task, cand_us, 10.0))
+    return h
+
+
+# ------------------------------------------------------------------------------------------------------ plan
+
+MANY = [Task(64, 64 * i, 64) for i in range(1, 71)]  # 70 shapes where kernel "a" is the fastest
+X, WRONG, ELSEWHERE, NO_SOURCE = Task(8, 8, 8), Task(9, 9, 9), Task(10, 10, 10), Task(11, 11, 11)
+A, B = source_hash(kernel_source("a")), source_hash(kernel_source("b"))
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with ResultStore(tmp_path / "r.sqlite") as s:
+        for t in MANY:
+            _put(s, "a", t, 1.0)
+        _put(s, "b", MANY[0], 2.0)  # second best on the first two shapes
+        _put(s, "b", MANY[1], 2.0)
+        _put(s, "b", X, 1.0)  # and the best on X
+        _put(s, "a", MANY[0], 5.0, mode=Mode.SERVER)  # a on the first shape: already measured in server mode
+        s.put_result(B, GPU, Mode.OFFLINE, failed_result(WRONG))  # a wrong answer is no verified kernel
+        _put(s, "a", ELSEWHERE, 1.0, gpu="NVIDIA A100 (sm_80)")  # nor is a result on another GPU
+        _put(s, "lost", NO_SOURCE, 1.0, with_source=False)
+        yield s
+
+
+ALL = [*MANY, X, WRONG, ELSEWHERE, NO_SOURCE]
+
+
+def test_plan_groups_by_kernel_chunks_and_skips_what_is_measured(store):
+    p = plan(store, ALL, GPU, Mode.SERVER, top=1)
+    assert [(j.source_hash, len(j.tasks)) for j in p.jobs] == [(A, 32), (A, 32), (A, 5), (B, 1)]
+    assert [t for j in p.jobs if j.source_hash == A for t in j.tasks] == MANY[1:]  # in order, the measured one out
+    assert p.jobs[-1].tasks == (X,) and p.jobs[0].source == kernel_source("a")
+    assert (p.already_measured, p.without_kernel, p.without_source) == (1, (WRONG, ELSEWHERE), 1)
+    assert max(len(j.tasks) for j in p.jobs) <= MAX_JOB_SHAPES
+
+
+def test_plan_top_two_and_another_mode(store):
+    top2 = plan(store, ALL, GPU, Mode.SERVER, top=2)
+    assert [j.tasks for j in top2.jobs if j.source_hash == B] == [(MANY[0], MANY[1], X)]
+    wallclock = plan(store, ALL, GPU, Mode.WALLCLOCK, top=1)
+    assert [len(j.tasks) for j in wallclock.jobs if j.source_hash == A] == [32, 32, 6]
+    assert wallclock.already_measured == 0
+    assert plan(store, ALL, "NVIDIA B200 (sm_100)", Mode.SERVER).without_kernel == tuple(ALL)
+
+
+# ------------------------------------------------------------------------------------------------------- run
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setattr(remeasure, "detect_gpu", lambda index=0: FAKE_GPU)
+
+
+def _tuned_store(tmp_path: Path) -> tuple[str, str]:
+    """A store where the small family's default kernel is verified offline on TWO (not on NO_KERNEL)."""
+    source = SmallFamily().render(SmallFamily().default())
+    h = source_hash(source)
+    with ResultStore(tmp_path / "r.sqlite") as s, TuneLog(s) as log:
+        s.put_source(h, source)
+        log.put_config(h, ConfigRecord("small", "small-the-default", {}))  # names the kernel in progress lines
+        for t in TWO:
+            s.put_result(h, FAKE_GPU.label, Mode.OFFLINE, ok_result(t, 3.0, 10.0))
+    return str(tmp_path / "r.sqlite"), h
+
+
+def _request(db: str, mode: Mode, **kw) -> RemeasureRequest:
+    return RemeasureRequest(None, tuple(t.mnk for t in (*TWO, NO_KERNEL)), mode=mode, db_path=db, compile_workers=1,
+                            **kw)
+
+
+@pytest.mark.nvcc
+def test_run_stores_results_under_the_new_mode_and_a_rerun_measures_nothing(tmp_path, fake_gpu):
+    db, h = _tuned_store(tmp_path)
+    lines: list[str] = []
+    first = remeasure.run(_request(db, Mode.SERVER), out=lines.append, runner=SIMULATED)
+    assert (first.measured, first.statuses, first.not_evaluated) == (2, Counter(ok=2), 0)
+    assert first.ok and first.stop_reason == "all jobs done" and first.plan.without_kernel == (NO_KERNEL,)
+    assert len(lines) == 2 and "small-the-default (2 shapes) ok 2/2" in lines[1] and "no verified offline kernel: 1" in first.render()
+    rows = [ShapeRow(t.m, t.n, t.k, "fp32", "train", "test") for t in TWO]
+    with ResultStore(db) as s:
+        for t in TWO:
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.SERVER).timings["candidate"].median_us == simulated_us(
+                h, t.mnk)
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.OFFLINE).timings["candidate"].median_us == 3.0
+        assert all(e.kernel_hash == h for e in collect(rows, s, FAKE_GPU.label, Mode.SERVER))
+    again = remeasure.run(_request(db, Mode.SERVER), out=lines.append, runner=SIMULATED)
+    assert (again.measured, again.plan.already_measured, again.stop_reason) == (0, 2, "nothing to measure")
+    assert again.ok
+    wallclock = remeasure.run(_request(db, Mode.WALLCLOCK), out=lines.append, runner=SIMULATED)  # compile cached
+    assert (wallclock.measured, wallclock.statuses) == (2, Counter(ok=2))
+
+
+def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
+    db, _ = _tuned_store(tmp_path)
+    summary = remeasure.run(_request(db, Mode.SERVER, budget_s=1e-9), out=lambda _: None, runner=SIMULATED)
+    assert (summary.stop_reason, summary.not_evaluated, summary.finished) == ("time budget spent", 2, 0)
+    assert not summary.ok
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"mode": Mode.OFFLINE}, "--mode offline"),
+    ({"top": 0}, "--top 0"),
+    ({"budget_s": 0}, "must be positive"),
+    ({"compile_workers": -1}, "--jobs -1"),
+])
+def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
+    db, _ = _tuned_store(tmp_path)
+    with pytest.raises(RemeasureError, match=message):
+        remeasure.run(RemeasureRequest(None, ("64_64_64",), db_path=db, **{"mode": Mode.SERVER, **kw}))
+
+
+# ------------------------------------------------------------------------------------------------------- CLI
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--mnk", "64_64_64", "--mode", "offline"], "offline results are what is remeasured"),
+    (["--shapes", "/no/such.csv", "--mode", "server"], "cannot read"),
+    (["--mnk", "64_64", "--mode", "server"], "bad shape"),
+    (["--mnk", "64_64_64", "--mode", "wallclock"], "no CUDA GPU"),  # CUDAL2_NO_GPU: no GPU visible
+    (["--mnk", "64_64_64", "--mode", "server", "--db", "/no/such.sqlite"], "no result store"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
+    db, _ = _tuned_store(tmp_path)
+    argv = argv if "--db" in argv else [*argv, "--db", db]
+    code, _, err = run_cli(capsys, "remeasure", *argv)
+    assert code == 2 and err.startswith("cudal2 remeasure: error: ") and len(err.strip().splitlines()) == 1
+    assert message in err
+
+
+def test_cli_nothing_left_to_measure_exits_0(capsys, tmp_path, fake_gpu):
+    db, h = _tuned_store(tmp_path)
+    with ResultStore(db) as s:
+        for t in TWO:
+            s.put_result(h, FAKE_GPU.label, Mode.SERVER, ok_result(t, 4.0, 10.0))
+    code, out, _ = run_cli(capsys, "remeasure", "--mnk", "64_64_64", "--mnk", "128_128_128", "--mode", "server",
+                           "--db", db)
+    assert code == 0 and "stopped: nothing to measure" in out and "skipped: 2 (kernel, shape)" in out
+
+
+# ------------------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_gpu_tune_then_remeasure_fills_the_report(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDAL2_NO_GPU")
+    db = str(tmp_path / "r.sqlite")
+    tuned = tune.run(tune.TuneOptions(families=("small",), strategy=Strategy.RANDOM, max_configs=1, budget_s=300,
+                                      db_path=db, cache_dir=tmp_path / "build", target_ms=20), TWO)
+    assert tuned.statuses[Status.OK.value] == 2
+    label = detect_gpu(0).label
+    rows = [ShapeRow(t.m, t.n, t.k, "fp32", "train", "test") for t in TWO]
+    for mode in (Mode.WALLCLOCK, Mode.SERVER):
+        summary = remeasure.run(RemeasureRequest(None, tuple(t.mnk for t in TWO), mode=mode, db_path=db,
+                                                 target_ms=20, budget_s=300))
+        assert summary.ok and (summary.measured, summary.statuses) == (2, Counter(ok=2)), summary.render()
+        with ResultStore(db) as s:
+            entries = collect(rows, s, label, mode)
+        assert all(e.result is not None and "cublas" in e.speedups for e in entries), mode
