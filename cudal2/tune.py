@@ -256,10 +256,16 @@ class Tuner:
 
     def _warm_start(self) -> int:
         """Feed the strategy the fastest stored configs of these families on these shapes (earlier runs), so an
-        evolutionary re-run breeds from them; returns how many (config, shape) times it fed."""
+        evolutionary re-run breeds from them; a transfer run is fed every shape measured on this GPU, its sources.
+        Returns how many (config, shape) times it fed."""
         families = {f.name: f for f in self.families}
+        shapes = list(self.tasks)
+        if self.options.strategy is Strategy.TRANSFER:
+            targets = set(self.tasks)
+            for acc in dict.fromkeys(t.acc for t in self.tasks):
+                shapes += [t for t in self.store.ok_shapes(acc, self.gpu.label) if t not in targets]
         fed = 0
-        for task in self.tasks:
+        for task in shapes:
             for h, res in self.store.best(task, self.gpu.label, mode=Mode.OFFLINE, baseline=None, limit=ELITE):
                 record = self.log.config_of(h)
                 if record is None or record.family not in families:

@@ -5,11 +5,12 @@
                   elite of one shape (the ELITE fastest configs measured on it): crossover of two same-family
                   elites (each parameter from either) and/or a mutation of one or two parameters (usually to a
                   neighbouring value of the space, else to any value). A child carries its shape as `focus`.
-    transfer      no search: carries what an earlier tuning run learnt on a sample of shapes over to a whole set
-                  (the 1000-shape grid). Each target shape gets the TRANSFER_TOP fastest configs of each of its
-                  TRANSFER_NEIGHBOURS nearest tuned shapes (distance in log2 M, N, K); each such config is proposed
-                  once with all the shapes it was picked for, rank-0 picks first, so a run cut short still covers
-                  every shape with its most likely winner. It stops when every pick is proposed.
+    transfer      no search: carries what earlier runs measured (on any shapes in the store: a tuned sample, the
+                  grid) over to a whole set (the 1000-shape grid, LLM shapes). Each target shape gets the
+                  TRANSFER_TOP fastest configs that support it of each of its TRANSFER_NEIGHBOURS nearest measured
+                  shapes that have one (distance in log2 M, N, K; at most MAX_NEIGHBOURS_SCANNED looked at); each
+                  config is proposed once with all the shapes it was picked for, rank-0 picks first, so a run cut
+                  short still covers every shape with its most likely winner. It stops when every pick is proposed.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -35,6 +36,7 @@ CROSSOVER = 0.5  # evolutionary: share of children bred from two parents (then m
 NEIGHBOUR = 0.7  # a mutated parameter moves to an adjacent value of its space tuple (else to any value)
 TRANSFER_NEIGHBOURS = 2  # transfer: tuned shapes each target shape borrows configs from
 TRANSFER_TOP = 2  # transfer: fastest configs taken from each of those shapes
+MAX_NEIGHBOURS_SCANNED = 12  # transfer: nearest shapes looked at for configs that support the target
 
 
 class Strategy(str, Enum):
@@ -151,12 +153,18 @@ class TransferSearch(EvolutionarySearch):
         for target in self.targets:
             near = sorted((t for t in tuned if t.acc is target.acc), key=lambda t: (_log_distance(t, target),
                                                                                      t.m, t.n, t.k))
-            for tuned_shape in near[:TRANSFER_NEIGHBOURS]:
-                for rank, (_, cand) in enumerate(self.elites[tuned_shape][:TRANSFER_TOP]):
+            lenders = 0
+            for tuned_shape in near[:MAX_NEIGHBOURS_SCANNED]:
+                # A neighbour's winners may refuse this shape (e.g. TMA needs K % 8 == 0): look further instead.
+                usable = [c for _, c in self.elites[tuned_shape] if c.family.supports(c.cfg, target) is None]
+                for rank, cand in enumerate(usable[:TRANSFER_TOP]):
                     prev_rank, shapes = picks.get(cand.name, (cand, rank, []))[1:]
                     if target not in shapes:
                         shapes.append(target)
                     picks[cand.name] = (cand, min(rank, prev_rank), shapes)
+                lenders += bool(usable)
+                if lenders == TRANSFER_NEIGHBOURS:
+                    break
         ordered = sorted(picks.values(), key=lambda p: (p[1], -len(p[2]), p[0].name))
         return [Proposal(cand, None, tuple(shapes)) for cand, _, shapes in ordered]
 

@@ -7,7 +7,8 @@
 #           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
 #           TUNE_MINUTES (default 0) of sample tuning, then GRID_MINUTES (default 5) of `cudal2 tune --strategy
 #           transfer` over the grid, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
-#           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, then REMEASURE=1 re-times
+#           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
+#           of transfer onto data/llm_shapes.csv, then REMEASURE=1 re-times
 #           the tuned sample's best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
@@ -104,17 +105,20 @@ if [[ $what == grid ]]; then
       | grep -v '^\[job' || rc=1
   fi
   grid_tune() {  # extra cudal2 tune arguments; the log keeps every round's summary, not its per-job lines
-    python3 -m cudal2.cli tune --shapes data/grid.csv --target-ms "${GRID_TARGET_MS:-20}" --db "$db" "$@" \
+    python3 -m cudal2.cli tune --target-ms "${GRID_TARGET_MS:-20}" --db "$db" "$@" \
       > /tmp/grid-out/round.log 2>&1 || rc=1
     { echo "== cudal2 tune $*"; grep -v '^\[job\|^|' /tmp/grid-out/round.log; } | tee -a "$OUT/grid.log"
   }
   if [[ ${GRID_MINUTES:-5} != 0 ]]; then
-    grid_tune --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
+    grid_tune --shapes data/grid.csv --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
     for ((round = 1; round <= ${WORST_ROUNDS:-0}; round++)); do
-      grid_tune --worst "${WORST_SHAPES:-40}" --strategy evolutionary --budget-minutes "${WORST_MINUTES:-3}" \
-        --seed "$round"
-      grid_tune --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
+      grid_tune --shapes data/grid.csv --worst "${WORST_SHAPES:-40}" --strategy evolutionary \
+        --budget-minutes "${WORST_MINUTES:-3}" --seed "$round"
+      grid_tune --shapes data/grid.csv --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
     done
+  fi
+  if [[ ${LLM_MINUTES:-0} != 0 ]]; then  # the LLM shapes borrow from every shape the store has measured
+    grid_tune --shapes data/llm_shapes.csv --strategy transfer --budget-minutes "$LLM_MINUTES"
   fi
   if [[ ${REMEASURE:-0} != 0 ]]; then
     sample=/tmp/grid-out/sample.csv

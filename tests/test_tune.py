@@ -13,6 +13,7 @@ import pytest
 from cudal2 import cli, tune
 from cudal2.kernels.family import config_params
 from cudal2.kernels.sm80 import Sm80Family
+from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.evaluator import source_hash
 from cudal2.sandbox.pool import RunnerSpec
@@ -33,7 +34,7 @@ from tests.tune_fakes import BASELINE_US, FAKE_GPU, simulated_us
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "data" / "grid.csv"
 TWO_SHAPES = [Task(64, 64, 64), Task(77, 1000, 333)]
-SMALL, SM80 = SmallFamily(), Sm80Family()
+SMALL, SM80, SM90 = SmallFamily(), Sm80Family(), Sm90Family()
 
 
 @pytest.fixture(autouse=True)
@@ -129,11 +130,25 @@ def test_transfer_gives_every_target_the_best_configs_of_its_nearest_tuned_shape
     assert search.propose() is None  # the plan is spent
     picked = {p.candidate.name: set(p.shapes) for p in plan}
     assert len(picked) == len(plan)  # one proposal per config, with all its shapes
-    # Each target's two nearest tuned shapes are tiny and big; each gives its TRANSFER_TOP fastest.
+    # Each target's two nearest tuned shapes are tiny and big; each gives its TRANSFER_TOP fastest that support the
+    # target: the small family (a, b, c) refuses the two large targets (not launch-bound), so they get only d.
     assert TRANSFER_TOP == 2 and set(picked) == {a.name, b.name, c.name, d.name}
-    assert all(picked[x.name] == set(targets) for x in (a, b, c, d))
+    assert picked[a.name] == picked[b.name] == picked[c.name] == set(targets[:2])
+    assert picked[d.name] == set(targets)
     assert {plan[0].candidate.name, plan[1].candidate.name} == {b.name, d.name}  # rank-0 picks first
     assert all(p.focus is None for p in plan)
+
+
+def test_transfer_looks_past_neighbours_whose_winners_refuse_the_target():
+    near, far, farther = Task(64, 64, 64), Task(64, 64, 1024), Task(4096, 4096, 4096)
+    odd = Task(64, 64, 66)  # K % 8 != 0: sm90's TMA refuses it
+    search = TransferSearch((SMALL, SM90), random.Random(0), (odd,))
+    tma = Candidate(SM90, SM90.default())
+    search.observe(tma, near, 1.0)  # the nearest shape's only winner cannot run the target
+    search.observe(_small(1), far, 2.0)
+    search.observe(_small(2), farther, 3.0)
+    picked = [p.candidate.name for p in iter(search.propose, None)]
+    assert tma.name not in picked and picked == [_small(1).name, _small(2).name]
 
 
 def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_path):
@@ -332,6 +347,8 @@ def test_transfer_run_covers_a_larger_set_in_chunks_and_resumes(tmp_path, monkey
     assert all(len(line.split("(")[1].split(" shape")[0]) <= 2 for line in lines if "shape" in line)
     again = tune.run(transfer, grid, runner=SIMULATED)
     assert again.submitted == 0 and again.resumed >= first.submitted
+    elsewhere = tune.run(transfer, [Task(64, 64, 128)], runner=SIMULATED)  # lends from the store's other shapes
+    assert elsewhere.warm_start >= 6 and [b.task for b in elsewhere.best] == [Task(64, 64, 128)]
     with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
         ranked = sorted(tune.best_kernels(store, log, grid, [FAKE_GPU.label]), key=lambda b: b.speedups["cublas"])
     worst = tune.run(replace(options, strategy=Strategy.RANDOM, max_configs=6, worst=2), grid, runner=SIMULATED)
