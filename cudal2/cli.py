@@ -192,8 +192,8 @@ def cmd_export(args) -> int:
 def _add_report_parser(sub) -> None:
     rp = sub.add_parser("report", help="leaderboard: best verified kernel per shape vs the baselines, as markdown")
     rp.add_argument("--shapes", required=True, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
-    rp.add_argument("--gpu", default=None, help="GPU label the results were stored under, e.g. "
-                    "'NVIDIA H200 (sm_90a)' (default: this machine's GPU, else the store's only one)")
+    rp.add_argument("--gpu", default=None, help="GPU label the results were stored under, or a unique part of it, "
+                    "e.g. h200 (default: this machine's GPU, else the store's only one)")
     rp.add_argument("--mode", default="offline", choices=[m.value for m in Mode])
     rp.add_argument("--acc", default=None, choices=[a.value for a in Acc], help="override the shape file's acc")
     rp.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")

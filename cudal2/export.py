@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal2.sandbox.store import SPEEDUP_COLUMNS, ResultStore
+from cudal2.sandbox.store import SPEEDUP_COLUMNS, GpuLabelError, ResultStore, resolve_gpu_label
 from cudal2.sandbox.types import EVALUATOR_VERSION, MAX_DIM, Acc, Mode, ShapeResult, Task
 
 FORMAT_VERSION = 1
@@ -324,24 +324,11 @@ class ExportPlan:
 
 
 def resolve_gpu(stored: list[str], wanted: str | None, machine: str | None) -> str:
-    """The exact GPU label to export for, out of `stored` (labels with ok results, `ResultStore.ok_gpus`):
-    `wanted` itself or a unique case-insensitive part of one ('h200' -> 'NVIDIA H200 (sm_90a)'); without
-    `wanted`, this machine's GPU (`machine`) if it has results, else the store's only GPU. Raises ExportError."""
-    if not stored:
-        raise ExportError(f"no ok (fully evaluated) results under evaluator {EVALUATOR_VERSION} in the store")
-    if wanted is None:
-        if machine in stored:
-            return machine
-        if len(stored) > 1:
-            raise ExportError(f"several GPUs have results, choose one with --gpu: {'; '.join(stored)}")
-        return stored[0]
-    if wanted in stored:
-        return wanted
-    matches = [label for label in stored if wanted.lower() in label.lower()]
-    if len(matches) != 1:
-        which = "matches several" if matches else "matches none"
-        raise ExportError(f"--gpu {wanted!r} {which} of the GPUs with results: {'; '.join(matches or stored)}")
-    return matches[0]
+    """The exact GPU label to export for (cudal2.sandbox.store.resolve_gpu_label); raises ExportError."""
+    try:
+        return resolve_gpu_label(stored, wanted, machine)
+    except GpuLabelError as e:
+        raise ExportError(str(e)) from None
 
 
 def _full_evaluation(result: ShapeResult) -> bool:

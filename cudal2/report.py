@@ -24,8 +24,9 @@ from pathlib import Path
 
 from cudal2.data import BUCKETS, GRID_VALUES, BadShapeFile, ShapeRow, bucket, load_shape_spec, mnk_log2
 from cudal2.sandbox.gpu import detect_gpu
-from cudal2.sandbox.store import ResultStore, StoreError
+from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Task
+from cudal2.tune_log import TuneLog
 
 # Column titles of the store's baselines (its SPEEDUP_COLUMNS), in display order.
 BASELINE_TITLES = {
@@ -49,7 +50,7 @@ class Entry:
 
     row: ShapeRow
     kernel_hash: str | None = None
-    kernel_name: str = ""  # from the source's first comment line, e.g. "mma_multistage.cu"; "" when it has none
+    kernel_name: str = ""  # the tuner's config name, else the source's first comment line ("mma_multistage.cu"), or ""
     result: ShapeResult | None = None
 
     @property
@@ -75,15 +76,19 @@ def kernel_name(source: str | None) -> str:
 
 
 def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode) -> list[Entry]:
-    """The best verified result of every row (one store query per shape; 1000 shapes take well under a second)."""
+    """The best verified result of every row (one store query per shape; 1000 shapes take well under a second).
+    A kernel the tuner generated is named by its config, any other by its source's first comment line."""
     entries = []
-    for row in rows:
-        best = store.best(row.task, gpu, mode=mode, baseline=None, limit=1)
-        if not best:
-            entries.append(Entry(row))
-            continue
-        source_hash, result = best[0]
-        entries.append(Entry(row, source_hash, kernel_name(store.get_source(source_hash)), result))
+    with TuneLog(store) as log:
+        for row in rows:
+            best = store.best(row.task, gpu, mode=mode, baseline=None, limit=1)
+            if not best:
+                entries.append(Entry(row))
+                continue
+            source_hash, result = best[0]
+            record = log.config_of(source_hash)
+            name = record.name if record else kernel_name(store.get_source(source_hash))
+            entries.append(Entry(row, source_hash, name, result))
     return entries
 
 
@@ -146,6 +151,26 @@ def bucket_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
             out.append(summarise_group(name, members))
     out.append(summarise_group(ALL_SHAPES, entries))
     return out
+
+
+OUTPUT_OCTAVES = 2  # output-size groups span this many powers of two of M*N
+SLOWEST_SHOWN = 10  # shapes listed under "Where it loses"
+
+
+def output_size_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
+    """One summary per output size M*N (groups of OUTPUT_OCTAVES powers of two, smallest first): where a family
+    loses, it is usually for want of output tiles to fill the SMs, whatever K is."""
+    groups: dict[int, list[Entry]] = {}
+    for e in entries:
+        lo = int(math.log2(e.task.m * e.task.n)) // OUTPUT_OCTAVES * OUTPUT_OCTAVES
+        groups.setdefault(lo, []).append(e)
+    return [summarise_group(f"2^{lo}-2^{lo + OUTPUT_OCTAVES}", groups[lo]) for lo in sorted(groups)]
+
+
+def slowest(entries: Sequence[Entry], n: int, baseline: str = "cublas") -> list[Entry]:
+    """The `n` verified shapes where the kernel is slowest against `baseline`, slowest first."""
+    timed = [e for e in entries if e.speedups.get(baseline) is not None]
+    return sorted(timed, key=lambda e: e.speedups[baseline])[:n]
 
 
 @dataclass(frozen=True)
@@ -269,13 +294,15 @@ def _targets_md(results: Sequence[TargetResult], caveat: str) -> str:
     return note + "\n\n" + md_table(["target", "vs", "verified", "geomean", "needed", "verdict"], rows)
 
 
-def _buckets_md(groups: Sequence[GroupSummary]) -> str:
+def _buckets_md(groups: Sequence[GroupSummary], group_title: str = "MNK bucket",
+                baselines: Sequence[str] = tuple(BASELINE_TITLES)) -> str:
     rows = []
     for g in groups:
-        for b, s in g.stats.items():
+        for b in baselines:
+            s = g.stats[b]
             rows.append([g.name, str(g.shapes), str(g.verified), BASELINE_TITLES[b], str(s.n),
                          _x(s.geomean), _x(s.mean), _pct(s.faster)])
-    return md_table(["MNK bucket", "shapes", "verified", "vs", "n", "geomean", "mean", "faster"], rows)
+    return md_table([group_title, "shapes", "verified", "vs", "n", "geomean", "mean", "faster"], rows)
 
 
 def _shapes_md(entries: Sequence[Entry]) -> str:
@@ -322,6 +349,12 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
         "#### By size bucket",
         _buckets_md(bucket_summaries(entries)),
     ]
+    worst = slowest(entries, SLOWEST_SHOWN)
+    if worst:
+        parts += ["#### Where it loses",
+                  "By output size M*N, against torch.matmul / cuBLAS:",
+                  _buckets_md(output_size_summaries(entries), "M*N", ("cublas",)),
+                  f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
     parts += ["#### Per shape", _shapes_md(entries)]
@@ -413,15 +446,12 @@ def load_rows(spec: str, acc: Acc | None) -> list[ShapeRow]:
 
 
 def resolve_gpu(requested: str | None, machine: str | None, stored: Sequence[str]) -> str:
-    """The GPU label to report on: the one asked for, else this machine's GPU, else the store's only one."""
-    if requested:
-        return requested
-    if machine:
-        return machine
-    if len(stored) == 1:
-        return stored[0]
-    raise ReportError("no GPU visible here to take the label from: pass --gpu LABEL; labels with verified results "
-                      f"in the store: {', '.join(map(repr, stored)) or 'none'}")
+    """The GPU label to report on (cudal2.sandbox.store.resolve_gpu_label: the one asked for or a unique part of
+    one, else this machine's GPU, else the store's only one); raises ReportError."""
+    try:
+        return resolve_gpu_label(list(stored), requested, machine)
+    except GpuLabelError as e:
+        raise ReportError(str(e)) from None
 
 
 def _write(path: Path, write: Callable[[Path], object]) -> None:
@@ -443,7 +473,7 @@ def run(req: ReportRequest) -> str:
     try:
         with ResultStore(req.db) as store:
             stored = store.ok_gpus()
-            gpu = resolve_gpu(req.gpu, getattr(detect_gpu(), "label", None), stored)
+            gpu = resolve_gpu(req.gpu or None, getattr(detect_gpu(), "label", None), stored)
             entries = collect(rows, store, gpu, req.mode)
     except StoreError as e:
         raise ReportError(str(e)) from None

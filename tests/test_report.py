@@ -24,13 +24,16 @@ from cudal2.report import (
     heat_cells,
     kernel_name,
     load_rows,
+    output_size_summaries,
     render,
     resolve_gpu,
+    slowest,
     summarise,
     target_caveat,
 )
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, Mode, ShapeResult, Task
+from cudal2.tune_log import ConfigRecord, TuneLog
 from tests.sandbox.corpus import ROOT
 from tests.sandbox.test_store import GPU, failed_result, ok_result, timing
 
@@ -94,6 +97,17 @@ def test_summarise():
     assert s.n == 3 and s.geomean == pytest.approx(1.0) and s.mean == pytest.approx(3.5 / 3)
     assert s.faster == pytest.approx(1 / 3)  # 1.0x is not faster
     assert summarise([]) == summarise(()) and summarise([]).n == 0 and summarise([]).geomean is None
+
+
+def test_where_it_loses_groups_by_output_size_and_lists_the_slowest(entries):
+    # SMALL and SMALL2: M*N = 2^12; MID 2^18; LARGE 2^24; MISSING (2^20) has no verified result.
+    groups = {g.name: g for g in output_size_summaries(entries)}
+    assert list(groups) == ["2^12-2^14", "2^18-2^20", "2^20-2^22", "2^24-2^26"]
+    assert groups["2^12-2^14"].stats["cublas"].geomean == pytest.approx(2.0)  # 4x and 1x
+    assert groups["2^18-2^20"].stats["cublas"].geomean == pytest.approx(0.5)
+    assert (groups["2^20-2^22"].shapes, groups["2^20-2^22"].verified) == (1, 0)
+    assert [e.task for e in slowest(entries, 2)] == [MID.task, SMALL2.task]  # 0.5x, then 1x
+    assert len(slowest(entries, 99)) == 4  # the missing shape is never listed
 
 
 @pytest.mark.parametrize("shape, small, large", [
@@ -186,12 +200,17 @@ def test_kernel_name(source, name):
     assert kernel_name(source) == name
 
 
-def test_resolve_gpu():
-    assert resolve_gpu("A", "B", ["C"]) == "A"
-    assert resolve_gpu(None, "B", ["C"]) == "B"
+def test_resolve_gpu_takes_a_unique_part_of_a_stored_label():
+    stored = ["NVIDIA H200 (sm_90a)", "NVIDIA A100 (sm_80)"]
+    assert resolve_gpu("h200", None, stored) == "NVIDIA H200 (sm_90a)"
+    assert resolve_gpu(None, "NVIDIA A100 (sm_80)", stored) == "NVIDIA A100 (sm_80)"
     assert resolve_gpu(None, None, ["C"]) == "C"
-    with pytest.raises(ReportError, match="'C', 'D'"):
-        resolve_gpu(None, None, ["C", "D"])
+    for requested, machine, message in (("nvidia", None, "matches several"), ("v100", None, "matches none"),
+                                        (None, None, "several GPUs have results")):
+        with pytest.raises(ReportError, match=message):
+            resolve_gpu(requested, machine, stored)
+    with pytest.raises(ReportError, match="no ok"):
+        resolve_gpu("h200", None, [])
 
 
 def test_acc_override_keeps_one_row_per_shape(tmp_path):
@@ -215,10 +234,20 @@ def test_markdown(entries, db):
     assert "| all shapes | torch.matmul / cuBLAS | 4/5 | 1.257x | >= 1.15x | INCOMPLETE |" in text
     assert "| < 2^24 | 2 | 2 | torch.matmul / cuBLAS | 2 | 2.000x | 2.500x | 50% |" in text
     assert "Indicative only here: this set is not the full 1000-shape grid." in text
+    assert "#### Where it loses" in text and "| 2^18-2^20 | 1 | 1 | torch.matmul / cuBLAS | 1 | 0.500x |" in text
+    assert text.index("The 4 slowest shapes") < text.index("| 512 | 512 | 512 | `mid`") < text.index("#### Per shape")
     for table_line in (line for line in text.splitlines() if line.startswith("| ")):
         # every row of a table has as many cells as its header
         header = next(h for h in text.split("\n\n") if table_line in h).splitlines()[0]
         assert table_line.count(" | ") == header.count(" | ")
+
+
+def test_a_tuned_kernel_is_named_by_its_config(db):
+    with ResultStore(db) as s, TuneLog(s) as log:
+        log.put_config("mid", ConfigRecord("sm80_mma", "sm80_mma-bm64-bn64", {"bm": 64}))
+    with ResultStore(db) as s:
+        names = {e.task: e.kernel_name for e in collect(ROWS, s, GPU, Mode.OFFLINE)}
+    assert names[MID.task] == "sm80_mma-bm64-bn64" and names[SMALL.task] == "tiny_kernel.cu"
 
 
 def test_markdown_source_column_only_when_sources_differ(db):
@@ -281,9 +310,8 @@ def test_cli_split_and_out_file(capsys, db, shapes_csv, tmp_path):
 
 
 def test_cli_unknown_gpu_label_says_which_labels_exist(capsys, db, shapes_csv):
-    code, out, _ = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--gpu", "B200")
-    assert code == 0 and "Coverage: 0/5" in out
-    assert "note: no verified result for GPU 'B200'" in out and repr(GPU) in out
+    code, _, err = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--gpu", "B200")
+    assert code == 2 and "--gpu 'B200' matches none" in err and GPU in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -292,7 +320,7 @@ def test_cli_unknown_gpu_label_says_which_labels_exist(capsys, db, shapes_csv):
     (["--shapes", "{csv}", "--db", "{tmp}/none.sqlite"], "no result store there"),
     (["--shapes", "{csv}", "--db", "{tmp}/garbage.sqlite"], "cannot open as a cudal2 result store"),
     # an empty --gpu counts as none given: with no GPU here and two labels in the store, none can be chosen
-    (["--shapes", "{csv}", "--db", "{tmp}/two-gpus.sqlite", "--gpu", ""], "pass --gpu LABEL"),
+    (["--shapes", "{csv}", "--db", "{tmp}/two-gpus.sqlite", "--gpu", ""], "choose one with --gpu"),
     (["--shapes", "{csv}", "--out", "{csv}/x.md"], "cannot write"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, db, shapes_csv, tmp_path, argv, message):
