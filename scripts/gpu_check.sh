@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|tune|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|tune|grid|all]   (default all = smoke, tests, bench)
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -8,8 +8,8 @@
 #           TUNE_MINUTES (default 0) of sample tuning, then GRID_MINUTES (default 5) of `cudal2 tune --strategy
 #           transfer` over the grid, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
-#           of transfer onto data/llm_shapes.csv, then REMEASURE=1 re-times
-#           the tuned sample's best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
+#           of transfer onto data/llm_shapes.csv, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
+#           grid's) best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
@@ -120,20 +120,22 @@ if [[ $what == grid ]]; then
   if [[ ${LLM_MINUTES:-0} != 0 ]]; then  # the LLM shapes borrow from every shape the store has measured
     grid_tune --shapes data/llm_shapes.csv --strategy transfer --budget-minutes "$LLM_MINUTES"
   fi
-  if [[ ${REMEASURE:-0} != 0 ]]; then
+  if [[ ${REMEASURE:-0} != 0 ]]; then  # REMEASURE=1: the tuned sample; REMEASURE=grid: all 1000 shapes
     sample=/tmp/grid-out/sample.csv
     python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from tune_gpu import stratified_sample
 keep = {f"{t.m},{t.n},{t.k}," for t in stratified_sample(int(sys.argv[1]))}
 lines = open("data/grid.csv").read().splitlines()
 print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k in keep)]))' \
       "${TUNE_PER_BUCKET:-6}" > "$sample"
+    [[ $REMEASURE != grid ]] || sample=data/grid.csv
     for mode in server wallclock; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
         2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
-      python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_sample_$mode.md" \
+      python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_$mode.md" \
         >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
-    python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out /tmp/grid-out/report_sample_offline.md >/dev/null 2>&1
+    python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_offline.md" \
+      >/dev/null 2>&1
   fi
   for set in data/grid.csv data/llm_shapes.csv; do
     name=$(basename "$set" .csv)
