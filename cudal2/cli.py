@@ -154,11 +154,16 @@ def cmd_tune(args) -> int:
     return EXIT_OK if summary.succeeded else EXIT_FAILED
 
 
+def _add_gpu_label_arg(parser) -> None:
+    """--gpu for commands that read stored results (resolved by cudal2.sandbox.store.resolve_gpu_label)."""
+    parser.add_argument("--gpu", default=None, help="GPU label the results were stored under, or a unique part of "
+                        "it, e.g. h200 (default: this machine's GPU, else the store's only one)")
+
+
 def _add_export_parser(sub) -> None:
     ex = sub.add_parser("export", help="write the best verified kernel per shape as a library for cudal2.ops")
     ex.add_argument("--out", required=True, help="library directory: <M>_<N>_<K>.cu per shape plus manifest.json")
-    ex.add_argument("--gpu", default=None, help="GPU label as stored, or a unique part of it, e.g. h200 "
-                    "(default: this machine's GPU, else the store's only one)")
+    _add_gpu_label_arg(ex)
     ex.add_argument("--acc", default="fp32", choices=[a.value for a in Acc])
     ex.add_argument("--mode", default="offline", choices=[m.value for m in Mode])
     ex.add_argument("--min-speedup", type=float, default=1.02, help="export a kernel only this much faster than "
@@ -192,8 +197,7 @@ def cmd_export(args) -> int:
 def _add_report_parser(sub) -> None:
     rp = sub.add_parser("report", help="leaderboard: best verified kernel per shape vs the baselines, as markdown")
     rp.add_argument("--shapes", required=True, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
-    rp.add_argument("--gpu", default=None, help="GPU label the results were stored under, or a unique part of it, "
-                    "e.g. h200 (default: this machine's GPU, else the store's only one)")
+    _add_gpu_label_arg(rp)
     rp.add_argument("--mode", default="offline", choices=[m.value for m in Mode])
     rp.add_argument("--acc", default=None, choices=[a.value for a in Acc], help="override the shape file's acc")
     rp.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
