@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from cudal2 import cli
 from cudal2.export import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -24,6 +23,7 @@ from cudal2.export import (
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, Mode, ShapeResult, Status, Task
 from tests.library_fixtures import GPU, NO_HARDENING, entry, kernel_source, manifest, ok_result
+from tests.test_cli import run
 
 OTHER_GPU = "NVIDIA A100-SXM4-80GB (sm_80)"
 FAST, SLOW, MARGINAL, UNCHECKED, NO_SOURCE, FP16 = (kernel_source(t) for t in
@@ -195,12 +195,6 @@ def test_manifest_round_trip_through_json() -> None:
 def no_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDAL2_NO_GPU", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-
-
-def run(capsys, *argv):
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_cli_export(capsys, no_gpu, db: Path, tmp_path: Path) -> None:

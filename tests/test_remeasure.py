@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cudal2 import cli, remeasure, tune
+from cudal2 import remeasure, tune
 from cudal2.data import ShapeRow
 from cudal2.kernels.small import SmallFamily
 from cudal2.remeasure import RemeasureError, RemeasureRequest, plan
@@ -23,6 +23,7 @@ from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
 from tests.library_fixtures import GPU, kernel_source, ok_result
 from tests.sandbox.test_store import failed_result
+from tests.test_cli import run as run_cli
 from tests.tune_fakes import FAKE_GPU, simulated_us
 
 SIMULATED = RunnerSpec("tests.tune_fakes:simulated_gpu")
@@ -156,12 +157,6 @@ def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
 
 
 # ------------------------------------------------------------------------------------------------------- CLI
-
-
-def run_cli(capsys, *argv):
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.parametrize(("argv", "message"), [

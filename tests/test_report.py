@@ -36,6 +36,7 @@ from cudal2.sandbox.types import Acc, Mode, ShapeResult, Task
 from cudal2.tune_log import ConfigRecord, TuneLog
 from tests.sandbox.corpus import ROOT
 from tests.sandbox.test_store import GPU, failed_result, ok_result, timing
+from tests.test_cli import run as run_cli
 
 
 def row(m: int, n: int, k: int, source: str = "test") -> ShapeRow:
@@ -274,9 +275,7 @@ def _no_gpu(monkeypatch):
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     """`cudal2 *argv`, with --gpu GPU unless given (the fixture store also holds an A100 result)."""
-    code = cli.main(list(argv) + ([] if "--gpu" in argv else ["--gpu", GPU]))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_cli(capsys, *argv, *([] if "--gpu" in argv else ["--gpu", GPU]))
 
 
 def test_cli_prints_the_report(capsys, db, shapes_csv):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudal2 import cli, tune
+from cudal2 import tune
 from cudal2.kernels.family import config_params
 from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
@@ -29,6 +29,7 @@ from cudal2.tune_search import (
     Strategy,
     TransferSearch,
 )
+from tests.test_cli import run as run_cli
 from tests.tune_fakes import BASELINE_US, FAKE_GPU, simulated_us
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,12 +249,6 @@ def test_best_kernel_per_shape_names_its_config(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------- CLI
-
-
-def run_cli(capsys, *argv):
-    code = cli.main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.mark.nvcc
