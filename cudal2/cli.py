@@ -115,7 +115,8 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--family", action="append", default=None, choices=[f.name for f in FAMILIES] + ["all"],
                     help="kernel family to search (repeatable; default all)")
     tu.add_argument("--strategy", default=d.strategy.value, choices=[s.value for s in Strategy],
-                    help="transfer: no search, the best configs of the nearest tuned shapes on every shape")
+                    help="transfer: no search, the best configs of the nearest tuned shapes on every shape; fill: the "
+                    "store's winners re-cut (tile, split-K, scheduler) to fill the SMs, ranked by a wave model")
     tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
     tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
     tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")
@@ -128,6 +129,7 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--show", action="store_true", help="print the best stored kernel per shape and exit")
     tu.add_argument("--worst", type=int, default=0, help="tune only the N shapes of the set where the best stored "
                     "kernel is slowest vs cuBLAS on this GPU (none yet: first)")
+    tu.add_argument("--sms", type=int, default=0, help="SM count for --strategy fill (default: the GPU's)")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -144,7 +146,7 @@ def cmd_tune(args) -> int:
             families=tuple(args.family or ["all"]), strategy=Strategy(args.strategy),
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
-            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst)
+            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms)
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

@@ -44,7 +44,7 @@ from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.compiler import nvcc_flags
 from cudal2.sandbox.evaluator import EvalOptions, source_hash
-from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu
+from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu, sm_count
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
@@ -77,6 +77,7 @@ class TuneOptions:
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
     cache_dir: Path | None = None  # compile cache; None = the evaluator's default
     worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (GPU only)
+    sms: int = 0  # SMs the fill strategy's wave model fills; 0 = the GPU's (cudal2.sandbox.gpu.SM_COUNTS)
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,9 @@ class Tuner:
     def __init__(self, options: TuneOptions, tasks: Sequence[Task], store: ResultStore, log: TuneLog,
                  out: Callable[[str], None], runner: RunnerSpec | None = None):
         if (options.max_configs < 1 or options.budget_s <= 0 or options.compile_workers < 0 or options.target_ms <= 0
-                or options.worst < 0):
-            raise TuneInputError("--max-configs, --budget-minutes and --target-ms must be positive, --jobs and "
-                                 "--worst >= 0")
+                or options.worst < 0 or options.sms < 0):
+            raise TuneInputError("--max-configs, --budget-minutes and --target-ms must be positive, --jobs, "
+                                 "--worst and --sms >= 0")
         self.options = options
         self.runner = runner  # the pool's GPU stage (None: the evaluator); tests substitute a simulated one
         self.tasks = tuple(tasks)
@@ -203,7 +204,8 @@ class Tuner:
             nvcc_flags(self.arch)
         except ValueError as e:
             raise TuneInputError(str(e)) from None
-        self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks)
+        self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks, self.arch,
+                                      options.sms or sm_count(self.gpu, self.arch))
         self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
         self.ok_configs: set[str] = set()  # source hashes that compiled or ran ok on some shape
         self.summary = TuneSummary(shapes=self.tasks)
@@ -256,11 +258,11 @@ class Tuner:
 
     def _warm_start(self) -> int:
         """Feed the strategy the fastest stored configs of these families on these shapes (earlier runs), so an
-        evolutionary re-run breeds from them; a transfer run is fed every shape measured on this GPU, its sources.
+        evolutionary re-run breeds from them; a transfer or fill run is fed every shape measured on this GPU.
         Returns how many (config, shape) times it fed."""
         families = {f.name: f for f in self.families}
         shapes = list(self.tasks)
-        if self.options.strategy is Strategy.TRANSFER:
+        if self.options.strategy.plans_from_store:
             targets = set(self.tasks)
             for acc in dict.fromkeys(t.acc for t in self.tasks):
                 shapes += [t for t in self.store.ok_shapes(acc, self.gpu.label) if t not in targets]

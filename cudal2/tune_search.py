@@ -11,6 +11,13 @@
                   shapes that have one (distance in log2 M, N, K; at most MAX_NEIGHBOURS_SCANNED looked at); each
                   config is proposed once with all the shapes it was picked for, rank-0 picks first, so a run cut
                   short still covers every shape with its most likely winner. It stops when every pick is proposed.
+    fill          no search either: re-cuts the store's winners to fill the GPU. Per family (those with
+                  `decomposition` parameters), the FILL_PARENTS configs fastest on the most stored shapes are varied
+                  in those parameters only (tile, K splits, scheduler: the same kernel body cut differently); each
+                  target shape (where the family is among its ELITE stored fastest, or that has none) gets the
+                  FILL_PER_SHAPE cuts it has not measured with the lowest wave-model estimate
+                  (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic). It aims at
+                  shapes with fewer tiles than SMs, where the winners of big shapes leave most of the GPU idle.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -20,6 +27,7 @@ observations), which is what lets a re-run walk the configs it already measured 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import deque
@@ -27,7 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from cudal2.kernels.family import KernelFamily, config_name, config_params
+from cudal2.kernels.family import KernelFamily, Tiling, config_name, config_params
 from cudal2.sandbox.types import Task
 
 EXPLORE = 0.25  # evolutionary: share of proposals sampled at random
@@ -37,12 +45,20 @@ NEIGHBOUR = 0.7  # a mutated parameter moves to an adjacent value of its space t
 TRANSFER_NEIGHBOURS = 2  # transfer: tuned shapes each target shape borrows configs from
 TRANSFER_TOP = 2  # transfer: fastest configs taken from each of those shapes
 MAX_NEIGHBOURS_SCANNED = 12  # transfer: nearest shapes looked at for configs that support the target
+FILL_PARENTS = 3  # fill: per family, the configs fastest on the most stored shapes, whose cuts it varies
+FILL_PER_SHAPE = 3  # fill: per family and target shape, the unmeasured cuts with the lowest estimate proposed
 
 
 class Strategy(str, Enum):
     RANDOM = "random"
     EVOLUTIONARY = "evolutionary"
     TRANSFER = "transfer"
+    FILL = "fill"
+
+    @property
+    def plans_from_store(self) -> bool:
+        """Plans once from every shape the store holds (the tuner's warm start feeds it all of them)."""
+        return self in (Strategy.TRANSFER, Strategy.FILL)
 
 
 @dataclass(frozen=True)
@@ -130,12 +146,12 @@ class EvolutionarySearch(RandomSearch):
         return out
 
 
-class TransferSearch(EvolutionarySearch):
-    """Nearest-tuned-shape transfer (see the module docstring). `propose()` returns None when every pick is out.
-
-    Observations before the first proposal (the tuner's warm start from the store) are the tuned shapes; the plan
-    is fixed at the first proposal, later observations do not change it.
-    """
+class PlannedSearch(EvolutionarySearch):
+    """A search that plans every proposal at once, from what the store holds (the warm start observes every stored
+    shape before the first proposal); later observations do not change the plan. `propose()` returns None when
+    every planned proposal is out. Each planned config is proposed once with every target shape it was picked for,
+    the configs picked at rank 0 for some shape first, then those picked for the most shapes, so that a run cut
+    short still gives every shape its most likely winner."""
 
     def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
         super().__init__(families, rng)
@@ -144,12 +160,37 @@ class TransferSearch(EvolutionarySearch):
 
     def propose(self) -> Proposal | None:  # type: ignore[override]
         if self._plan is None:
-            self._plan = deque(self._make_plan())
+            picks = _Picks()
+            self._pick(picks)
+            self._plan = deque(picks.proposals())
         return self._plan.popleft() if self._plan else None
 
-    def _make_plan(self) -> list[Proposal]:
+    def _pick(self, picks: _Picks) -> None:
+        raise NotImplementedError
+
+
+class _Picks:
+    """Config name -> (candidate, its best rank over the shapes that picked it, those shapes in pick order)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, tuple[Candidate, int, list[Task]]] = {}
+
+    def add(self, cand: Candidate, rank: int, target: Task) -> None:
+        _, best_rank, shapes = self._by_name.get(cand.name, (cand, rank, []))
+        if target not in shapes:
+            shapes.append(target)
+        self._by_name[cand.name] = (cand, min(rank, best_rank), shapes)
+
+    def proposals(self) -> list[Proposal]:
+        ordered = sorted(self._by_name.values(), key=lambda p: (p[1], -len(p[2]), p[0].name))
+        return [Proposal(cand, None, tuple(shapes)) for cand, _, shapes in ordered]
+
+
+class TransferSearch(PlannedSearch):
+    """Nearest-tuned-shape transfer (see the module docstring)."""
+
+    def _pick(self, picks: _Picks) -> None:
         tuned = sorted(self.elites, key=lambda t: (t.m, t.n, t.k, t.acc.value))
-        picks: dict[str, tuple[Candidate, int, list[Task]]] = {}  # name -> (candidate, best rank, target shapes)
         for target in self.targets:
             near = sorted((t for t in tuned if t.acc is target.acc), key=lambda t: (_log_distance(t, target),
                                                                                      t.m, t.n, t.k))
@@ -158,15 +199,98 @@ class TransferSearch(EvolutionarySearch):
                 # A neighbour's winners may refuse this shape (e.g. TMA needs K % 8 == 0): look further instead.
                 usable = [c for _, c in self.elites[tuned_shape] if c.family.supports(c.cfg, target) is None]
                 for rank, cand in enumerate(usable[:TRANSFER_TOP]):
-                    prev_rank, shapes = picks.get(cand.name, (cand, rank, []))[1:]
-                    if target not in shapes:
-                        shapes.append(target)
-                    picks[cand.name] = (cand, min(rank, prev_rank), shapes)
+                    picks.add(cand, rank, target)
                 lenders += bool(usable)
                 if lenders == TRANSFER_NEIGHBOURS:
                     break
-        ordered = sorted(picks.values(), key=lambda p: (p[1], -len(p[2]), p[0].name))
-        return [Proposal(cand, None, tuple(shapes)) for cand, _, shapes in ordered]
+
+
+class FillSearch(PlannedSearch):
+    """Re-cut the store's winners to fill the GPU (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...],
+                 arch: str, sms: int):
+        super().__init__(families, rng, targets)
+        self.arch, self.sms = arch, sms
+
+    def _pick(self, picks: _Picks) -> None:
+        for family in self.families:
+            if not family.decomposition:
+                continue
+            variants = [v for parent in self._parents(family) for v in self._variants(parent)]
+            for target in self.targets:
+                measured = {c.name for _, c in self.elites.get(target, [])}
+                if measured and all(c.family is not family for _, c in self.elites[target]):
+                    continue  # the family is not among the shape's fastest: its cuts are unlikely to win either
+                by_tiling: dict[Tiling, Candidate] = {}  # one config per cut: the first parent's that takes the shape
+                for v in variants:
+                    tiling = family.tiling(v.cfg)
+                    if tiling not in by_tiling and v.family.supports(v.cfg, target) is None:
+                        by_tiling[tiling] = v
+                ranked = sorted(by_tiling.items(), key=lambda kv: (estimate_us(kv[0], target, self.sms), kv[1].name))
+                # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would
+                # crowd out a different cut.
+                cuts: set[tuple[int, int, int, bool]] = set()
+                fresh = []
+                for t, cand in ranked:
+                    if cand.name not in measured and (t.bm, t.bn, t.splits, t.stream_k) not in cuts:
+                        cuts.add((t.bm, t.bn, t.splits, t.stream_k))
+                        fresh.append(cand)
+                for rank, cand in enumerate(fresh[:FILL_PER_SHAPE]):
+                    picks.add(cand, rank, target)
+
+    def _parents(self, family: KernelFamily) -> list[Candidate]:
+        """The family's FILL_PARENTS configs that are fastest on the most stored shapes; its default if none."""
+        wins: dict[str, tuple[int, Candidate]] = {}
+        for elite in self.elites.values():
+            best = elite[0][1]
+            if best.family is family:
+                wins[best.name] = (wins.get(best.name, (0, best))[0] + 1, best)
+        ranked = sorted(wins.values(), key=lambda w: (-w[0], w[1].name))
+        return [c for _, c in ranked[:FILL_PARENTS]] or [Candidate(family, family.default())]
+
+    def _variants(self, parent: Candidate) -> list[Candidate]:
+        """Every config that differs from `parent` only in its family's decomposition parameters and survives
+        prune() on this arch, the parent itself included."""
+        family, space = parent.family, parent.family.space()
+        out = []
+        for values in itertools.product(*(space[name] for name in family.decomposition)):
+            params = {**config_params(parent.cfg), **dict(zip(family.decomposition, values, strict=True))}
+            cfg = family.make(params)
+            if family.prune(cfg, self.arch) is None:
+                out.append(Candidate(family, cfg))
+        return out
+
+
+# The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
+# shape, which the GPU then measures: the numbers need the right proportions, not precision.
+SM_FLOP_PER_US = 7.5e6  # dense fp16 tensor-core peak per SM: ~990 TFLOP/s over 132 SMs
+TILE_US = 1.0  # per output tile a CTA takes: filling the pipeline, the epilogue's stores
+L2_BYTES_PER_US = 12.0e6  # operand tiles re-read from L2 by every CTA that needs them, all SMs together
+HBM_BYTES_PER_US = 4.0e6  # A, B and C once from and to HBM
+SPLIT_US = 1.0  # a split (or stream-K) reduction's fixed cost: a second kernel or the fix-up's flags
+
+
+def estimate_us(t: Tiling, task: Task, sms: int) -> float:
+    """Estimated time of a kernel cut as `t` on `task` with `sms` SMs, microseconds: the slowest of compute in whole
+    waves (fractional under stream-K), operand traffic from L2, and the HBM floor; plus the split-K reduction, whose
+    fp32 partials go to and come back from the workspace."""
+    m, n, k = task.m, task.n, task.k
+    tiles = math.ceil(m / t.bm) * math.ceil(n / t.bn)
+    units = tiles * t.splits  # CTA work units
+    kblocks = math.ceil(math.ceil(k / t.bk) / t.splits)  # K blocks per unit
+    kblock_us = 2 * t.bm * t.bn * t.bk / SM_FLOP_PER_US
+    if t.stream_k:
+        compute = units * kblocks * kblock_us / sms + math.ceil(units / sms) * TILE_US
+    else:
+        compute = math.ceil(units / sms) * (kblocks * kblock_us + TILE_US)
+    l2 = 2 * (m * k * math.ceil(n / t.bn) + n * k * math.ceil(m / t.bm)) / L2_BYTES_PER_US
+    hbm = 2 * (m * k + n * k + m * n) / HBM_BYTES_PER_US
+    # Partial fp32 tiles through the workspace: one per unit under split-K; under stream-K about one per SM when the
+    # last wave is shared out (units not a multiple of the SMs), none otherwise.
+    partial_tiles = units if t.splits > 1 else (sms if t.stream_k and units % sms else 0)
+    reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US if partial_tiles else 0.0
+    return max(compute, l2, hbm) + reduce
 
 
 def _log_distance(a: Task, b: Task) -> float:
@@ -175,10 +299,13 @@ def _log_distance(a: Task, b: Task) -> float:
     return math.dist((math.log2(a.m), math.log2(a.n), math.log2(a.k)), (math.log2(b.m), math.log2(b.n), math.log2(b.k)))
 
 
-def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
-                  targets: tuple[Task, ...] = ()) -> RandomSearch:
-    """`targets`: the shapes of the run (the transfer strategy plans over them; the others ignore them)."""
+def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int, targets: tuple[Task, ...] = (),
+                  arch: str = "sm_90a", sms: int = 132) -> RandomSearch:
+    """`targets`: the shapes of the run (transfer and fill plan over them; the others ignore them); `arch` and
+    `sms`: the compile target fill prunes for and the SM count its wave model fills."""
     rng = random.Random(seed)
     if kind is Strategy.TRANSFER:
         return TransferSearch(families, rng, targets)
+    if kind is Strategy.FILL:
+        return FillSearch(families, rng, targets, arch, sms)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

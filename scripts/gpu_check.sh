@@ -5,10 +5,10 @@
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
 #           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
-#           TUNE_MINUTES (default 0) of sample tuning, then GRID_MINUTES (default 5) of `cudal2 tune --strategy
-#           transfer` over the grid, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
+#           TUNE_MINUTES (default 0) of sample tuning, FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
+#           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
-#           of transfer onto data/llm_shapes.csv, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
+#           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
 #           grid's) best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
@@ -109,6 +109,9 @@ if [[ $what == grid ]]; then
       > /tmp/grid-out/round.log 2>&1 || rc=1
     { echo "== cudal2 tune $*"; grep -v '^\[job\|^|' /tmp/grid-out/round.log; } | tee -a "$OUT/grid.log"
   }
+  if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
+    grid_tune --shapes data/grid.csv --strategy fill --budget-minutes "$FILL_MINUTES"
+  fi
   if [[ ${GRID_MINUTES:-5} != 0 ]]; then
     grid_tune --shapes data/grid.csv --strategy transfer --budget-minutes "${GRID_MINUTES:-5}"
     for ((round = 1; round <= ${WORST_ROUNDS:-0}; round++)); do
@@ -119,6 +122,9 @@ if [[ $what == grid ]]; then
   fi
   if [[ ${LLM_MINUTES:-0} != 0 ]]; then  # the LLM shapes borrow from every shape the store has measured
     grid_tune --shapes data/llm_shapes.csv --strategy transfer --budget-minutes "$LLM_MINUTES"
+  fi
+  if [[ ${LLM_FILL_MINUTES:-0} != 0 ]]; then
+    grid_tune --shapes data/llm_shapes.csv --strategy fill --budget-minutes "$LLM_FILL_MINUTES"
   fi
   if [[ ${REMEASURE:-0} != 0 ]]; then  # REMEASURE=1: the tuned sample; REMEASURE=grid: all 1000 shapes
     sample=/tmp/grid-out/sample.csv

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cudal2 import tune
-from cudal2.kernels.family import config_params
+from cudal2.kernels.family import Tiling, config_params
 from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
@@ -22,12 +22,16 @@ from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import (
     ELITE,
+    FILL_PARENTS,
+    FILL_PER_SHAPE,
     TRANSFER_TOP,
     Candidate,
     EvolutionarySearch,
+    FillSearch,
     RandomSearch,
     Strategy,
     TransferSearch,
+    estimate_us,
 )
 from tests.test_cli import run as run_cli
 from tests.tune_fakes import BASELINE_US, FAKE_GPU, simulated_us
@@ -70,6 +74,13 @@ def test_families_by_name():
     assert [f.name for f in tune.families_named(["small"])] == ["small"]
     with pytest.raises(tune.TuneInputError, match="unknown family bogus"):
         tune.families_named(["bogus"])
+
+
+def test_every_family_names_its_cut_parameters_and_tiles_like_its_config():
+    for family in tune.FAMILIES:
+        assert set(family.decomposition) <= set(family.space())
+        t = family.tiling(family.default())
+        assert (t.bm, t.bn) == (family.default().bm, family.default().bn) and t.bk >= 16 and t.splits >= 1
 
 
 def test_prune_reasons_of_one_kind_count_together():
@@ -150,6 +161,81 @@ def test_transfer_looks_past_neighbours_whose_winners_refuse_the_target():
     search.observe(_small(2), farther, 3.0)
     picked = [p.candidate.name for p in iter(search.propose, None)]
     assert tma.name not in picked and picked == [_small(1).name, _small(2).name]
+
+
+def test_wave_model_charges_whole_waves_and_split_partials():
+    sms = 132
+    full, spill = Task(128 * 12, 128 * 11, 4096), Task(128 * 12 + 1, 128 * 11, 4096)  # 132 tiles, then 143
+    tile = Tiling(128, 128, 64)
+    assert estimate_us(tile, spill, sms) > 1.5 * estimate_us(tile, full, sms)  # 11 tiles more: a second wave
+    assert estimate_us(replace(tile, stream_k=True), spill, sms) < estimate_us(tile, spill, sms)  # shared out
+    # 32 tiles of a long K on 132 SMs: 4 K ranges keep 128 SMs busy, which outweighs the fp32 partials.
+    skinny = Task(256, 2048, 8192)
+    assert estimate_us(replace(tile, splits=4), skinny, sms) < estimate_us(tile, skinny, sms)
+    # With a full wave of tiles already, splitting only adds partials.
+    assert estimate_us(replace(tile, splits=2), full, sms) > estimate_us(tile, full, sms)
+
+
+def _sm90(**kw) -> Candidate:
+    return Candidate(SM90, SM90.make({**config_params(SM90.default()), **kw}))
+
+
+def _fill_plan(search: FillSearch) -> list:
+    plan = [p for p in iter(search.propose, None)]
+    assert search.propose() is None  # the plan is spent
+    return plan
+
+
+def test_fill_recuts_the_stored_winners_for_every_target():
+    skinny, square, odd = Task(256, 2048, 8192), Task(8192, 8192, 8192), Task(300, 2000, 8000)
+    measured = Task(4096, 4096, 4096)
+    search = FillSearch((SM90, SMALL), random.Random(0), (skinny, square, odd), "sm_90a", 132)
+    winner, runner_up = _sm90(), _sm90(bm=256, bn=128, swizzle=2)
+    for task, order in ((measured, (winner, runner_up)), (Task(8192, 4096, 4096), (winner,)),
+                        (Task(4096, 8192, 4096), (runner_up, winner)), (square, (winner,))):
+        for i, cand in enumerate(order):
+            search.observe(cand, task, 10.0 + i)
+    assert [c.name for c in search._parents(SM90)] == [winner.name, runner_up.name]  # by shapes won
+    assert FILL_PARENTS >= 2
+    plan = _fill_plan(search)
+    assert len({p.candidate.name for p in plan}) == len(plan) and all(p.focus is None for p in plan)
+    fixed = {k: v for k, v in config_params(winner.cfg).items() if k not in SM90.decomposition}
+    per_shape: dict[Task, list] = {}
+    for p in plan:
+        cand = p.candidate
+        assert cand.family is SM90  # the small family has nothing to re-cut
+        assert SM90.prune(cand.cfg, "sm_90a") is None
+        params = config_params(cand.cfg)
+        # Only the cut differs from a parent (here both parents share everything else but swizzle).
+        assert {k: v for k, v in params.items() if k not in SM90.decomposition and k != "swizzle"} == {
+            k: v for k, v in fixed.items() if k != "swizzle"}
+        for task in p.shapes:
+            assert SM90.supports(cand.cfg, task) is None
+            per_shape.setdefault(task, []).append(cand)
+    assert set(per_shape) == {skinny, square, odd}
+    assert all(len(v) == FILL_PER_SHAPE for v in per_shape.values())
+    assert winner.name not in {c.name for c in per_shape[square]}  # measured there already
+    assert any(c.cfg.splits > 1 for c in per_shape[skinny])  # few tiles, long K: split-K is among the cuts
+    cuts = [(t.bm, t.bn, t.splits, t.stream_k) for t in (SM90.tiling(c.cfg) for c in per_shape[skinny])]
+    assert len(set(cuts)) == len(cuts)  # distinct cuts, not one cut at two K-block depths
+
+
+def test_fill_leaves_a_shape_to_the_families_among_its_fastest():
+    target = Task(64, 64, 4096)
+    search = FillSearch((SM80, SM90), random.Random(0), (target,), "sm_90a", 132)
+    search.observe(Candidate(SM80, SM80.default()), target, 5.0)  # only sm80 measured fast on it
+    search.observe(_sm90(), Task(4096, 4096, 4096), 5.0)
+    plan = _fill_plan(search)
+    assert plan and {p.candidate.family for p in plan} == {SM80}
+    assert {p.candidate.cfg.split_k for p in plan} <= set(SM80.space()["split_k"]) - {SM80.default().split_k}
+
+
+def test_fill_without_stored_winners_recuts_the_defaults():
+    search = FillSearch((SM90,), random.Random(0), (Task(128, 1024, 16384),), "sm_90a", 132)
+    plan = _fill_plan(search)
+    assert len(plan) == FILL_PER_SHAPE
+    base = {k: v for k, v in config_params(SM90.default()).items() if k not in SM90.decomposition}
+    assert all({k: v for k, v in config_params(p.candidate.cfg).items() if k in base} == base for p in plan)
 
 
 def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_path):
@@ -349,3 +435,22 @@ def test_transfer_run_covers_a_larger_set_in_chunks_and_resumes(tmp_path, monkey
     worst = tune.run(replace(options, strategy=Strategy.RANDOM, max_configs=6, worst=2), grid, runner=SIMULATED)
     assert worst.shapes == tuple(b.task for b in ranked[:2])  # the two where the stored best is slowest
     assert worst.submitted >= 1 and {b.task for b in worst.best} == set(worst.shapes)
+
+
+@pytest.mark.nvcc
+def test_fill_run_recuts_stored_winners_on_a_simulated_gpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    options = _options(tmp_path, compile_only=False, families=("sm80_mma",), max_configs=2)
+    shapes = [Task(64, 64, 4096), Task(128, 256, 8192)]
+    tune.run(options, shapes, runner=SIMULATED)  # two sm80 configs measured: the parents
+    fill = tune.run(replace(options, strategy=Strategy.FILL, max_configs=50), shapes, runner=SIMULATED)
+    assert fill.stop_reason == "the strategy has proposed everything it had"
+    assert fill.warm_start == 4 and fill.submitted >= FILL_PER_SHAPE
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        for task in shapes:
+            configs = [log.config_of(h) for h, _ in store.best(task, FAKE_GPU.label, baseline=None, limit=50)]
+            assert len(configs) >= 2 + FILL_PER_SHAPE  # the parents plus the new cuts, all measured
+            assert len({c.params["split_k"] for c in configs}) > 1
+    again = tune.run(replace(options, strategy=Strategy.FILL, max_configs=50), shapes, runner=SIMULATED)
+    # A re-run plans afresh from the grown store: cuts it measured come back from the store, never twice.
+    assert again.resumed >= 1 and again.warm_start > fill.warm_start

@@ -14,6 +14,11 @@ A family is a parameterised HGEMM generator. The tuner (`cudal2 tune`) and a pol
                                                                    shape (M, N, K >= 1 handled by the kernel itself)
     family.supports(cfg, task) -> str | None                       why this config refuses a shape at run time (e.g.
                                                                    K % 8 != 0 for 16-byte loads), or None
+    family.tiling(cfg)      -> Tiling                              how the config cuts the work over CTAs (output
+                                                                   tile, K block, K splits, stream-K), for a wave model
+    family.decomposition    -> tuple of parameter names            the parameters that only change that cut (tile,
+                                                                   split, scheduler), which the `fill` search varies;
+                                                                   () when none can change without changing the code
 
 Configs are plain frozen dataclasses so that they hash, compare and print; `config_name(cfg)` gives a stable short
 name (the tuner keys its bookkeeping by it, the store keys results by source hash).
@@ -21,7 +26,7 @@ name (the tuner keys its bookkeeping by it, the store keys results by source has
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
 from cudal2.sandbox.types import Task
@@ -31,9 +36,23 @@ class BadConfig(ValueError):
     """A parameter set that is not in the family's space (unknown name or value)."""
 
 
+@dataclass(frozen=True)
+class Tiling:
+    """How one config divides a GEMM among CTAs: each CTA owns a bm x bn output tile and walks K in bk-deep blocks;
+    the K loop of every tile is cut into `splits` ranges on different CTAs (partials summed afterwards); with
+    `stream_k` the scheduler also shares the last wave's K loops among all SMs, so the wave count is fractional."""
+
+    bm: int
+    bn: int
+    bk: int
+    splits: int = 1
+    stream_k: bool = False
+
+
 class KernelFamily(Protocol):
     name: str  # short and stable, e.g. "sm80_mma"; part of every config name
     archs: tuple[str, ...]  # compile targets it is written for, e.g. ("sm_80", "sm_90a")
+    decomposition: tuple[str, ...]  # parameters that only change how work is cut over CTAs (see above)
 
     def space(self) -> dict[str, tuple[Any, ...]]: ...
 
@@ -46,6 +65,8 @@ class KernelFamily(Protocol):
     def render(self, cfg: Any) -> str: ...
 
     def supports(self, cfg: Any, task: Task) -> str | None: ...
+
+    def tiling(self, cfg: Any) -> Tiling: ...
 
 
 def config_name(family: KernelFamily, cfg: Any) -> str:

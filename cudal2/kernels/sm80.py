@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, build_config, config_name
+from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 # Shared memory, bytes: (opt-in maximum per block, per SM). sm_80: 163 KB / 164 KB; sm_86/89: 99 / 100 KB;
@@ -113,6 +113,8 @@ class Sm80Family:
 
     name = "sm80_mma"
     archs = ("sm_80", "sm_90a")
+    # Only the K split: the tile sizes fix the warp tiling and the load loops, i.e. the kernel body.
+    decomposition = ("split_k",)
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -158,6 +160,9 @@ class Sm80Family:
         if cfg.acc is Acc.FP16 and task.acc is Acc.FP32:
             return "fp16 accumulation cannot meet an fp32-accuracy task"
         return None
+
+    def tiling(self, cfg: Sm80Config) -> Tiling:
+        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k)
 
     def render(self, cfg: Sm80Config) -> str:
         if not isinstance(cfg, Sm80Config):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from cudal2.kernels.family import BadConfig, build_config, config_name
+from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 ARCH = "sm_90a"
@@ -158,6 +158,9 @@ class Sm90Family:
 
     name = "sm90_wgmma"
     archs = (ARCH,)
+    # The CTA tile, the scheduler and the K split: one kernel body, cut differently (prune() still has the last
+    # word: accumulator registers and shared memory grow with the tile, split-K needs the stream-K scheduler).
+    decomposition = ("bm", "bn", "scheduler", "splits")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -201,6 +204,10 @@ class Sm90Family:
         if cfg.epilogue is Epilogue.TMA and task.n % 8:
             return f"the TMA epilogue needs 16-byte aligned rows of C: N % 8 == 0, got N={task.n}"
         return None
+
+    def tiling(self, cfg: Sm90Config) -> Tiling:
+        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.splits,
+                      stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1)
 
     def render(self, cfg: Sm90Config) -> str:
         if not isinstance(cfg, Sm90Config):

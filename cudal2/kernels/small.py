@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, build_config, config_name
+from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 MAX_THREADS = 1024
@@ -87,6 +87,7 @@ class SmallFamily:
 
     name = "small"
     archs = ("sm_80", "sm_90a")
+    decomposition = ()  # its one lever, warps_k, splits K inside a block: that is the block's code, not the cut
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -124,6 +125,10 @@ class SmallFamily:
             return (f"M*N*K = {task.m * task.n * task.k} is not launch-bound (> 2^30): the small family leaves it to "
                     "the tiled families")
         return None
+
+    def tiling(self, cfg: SmallConfig) -> Tiling:
+        # One block per output tile; its warps_k warp groups each take k_unroll 32-wide K steps per batch.
+        return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k)
 
     def render(self, cfg: SmallConfig) -> str:
         if not isinstance(cfg, SmallConfig):

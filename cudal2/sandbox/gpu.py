@@ -31,6 +31,20 @@ class GpuInfo:
         return f"{self.name} ({self.arch})"
 
 
+# Streaming multiprocessors per GPU, by a part of nvidia-smi's name (which cannot report the count); first match wins,
+# so longer names come before their prefixes. Used only to rank work decompositions (`cudal2 tune --strategy fill`).
+SM_COUNTS = (("H100 PCIe", 114), ("H200", 132), ("H100", 132), ("H800", 132), ("A100", 108), ("A800", 108),
+             ("L40S", 142), ("L40", 142), ("L4", 58), ("A10", 72), ("RTX 4090", 128), ("RTX 3090", 82))
+
+
+def sm_count(gpu: GpuInfo | None, arch: str) -> int:
+    """The GPU's SM count from SM_COUNTS; unknown (or no GPU): an H100/H200's 132 on sm_90a, an A100's 108 else."""
+    for part, sms in SM_COUNTS:
+        if gpu is not None and part.lower() in gpu.name.lower():
+            return sms
+    return 132 if arch == "sm_90a" else 108
+
+
 def arch_for(compute_capability: str) -> str:
     """nvcc target per the evaluator contract: sm_90a on Hopper, sm_80 (plus its PTX) otherwise."""
     return "sm_90a" if compute_capability.strip() == "9.0" else "sm_80"
