@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -454,3 +455,19 @@ def test_fill_run_recuts_stored_winners_on_a_simulated_gpu(tmp_path, monkeypatch
     again = tune.run(replace(options, strategy=Strategy.FILL, max_configs=50), shapes, runner=SIMULATED)
     # A re-run plans afresh from the grown store: cuts it measured come back from the store, never twice.
     assert again.resumed >= 1 and again.warm_start > fill.warm_start
+
+
+def test_wave_model_ranks_the_committed_h200_store_better_than_chance():
+    """benchmarks/wave_model_check.py on the held-out split of the committed grid store: the measured best of a
+    (shape, family) is among the model's first 3 picks more often than among 3 random ones."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import wave_model_check
+
+    store = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        groups = wave_model_check.load_groups(wave_model_check.open_db(store, Path(tmp)),
+                                              tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200")
+    s = wave_model_check.score(groups, 132)
+    assert s["groups"] > 100 and s["top3"] > s["random_top3"] + 0.1 and s["spearman"] > 0.1
