@@ -16,8 +16,9 @@
                   in those parameters only (tile, K splits, scheduler: the same kernel body cut differently); each
                   target shape (where the family is among its ELITE stored fastest, or that has none) gets the
                   FILL_PER_SHAPE cuts it has not measured with the lowest wave-model estimate
-                  (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic). It aims at
-                  shapes with fewer tiles than SMs, where the winners of big shapes leave most of the GPU idle.
+                  (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic), none
+                  estimated slower than the cut of its fastest stored config of the family (FILL_MAX_EST_LOSS). It
+                  aims at shapes with fewer tiles than SMs, where the winners of big shapes leave most of the GPU idle.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -47,6 +48,7 @@ TRANSFER_TOP = 2  # transfer: fastest configs taken from each of those shapes
 MAX_NEIGHBOURS_SCANNED = 12  # transfer: nearest shapes looked at for configs that support the target
 FILL_PARENTS = 3  # fill: per family, the configs fastest on the most stored shapes, whose cuts it varies
 FILL_PER_SHAPE = 3  # fill: per family and target shape, the unmeasured cuts with the lowest estimate proposed
+FILL_MAX_EST_LOSS = 1.0  # fill: no cut estimated slower than this times the shape's best stored cut of the family
 
 
 class Strategy(str, Enum):
@@ -219,25 +221,37 @@ class FillSearch(PlannedSearch):
                 continue
             variants = [v for parent in self._parents(family) for v in self._variants(parent)]
             for target in self.targets:
-                measured = {c.name for _, c in self.elites.get(target, [])}
-                if measured and all(c.family is not family for _, c in self.elites[target]):
+                elite = [c for _, c in self.elites.get(target, [])]
+                own = [c for c in elite if c.family is family]
+                if elite and not own:
                     continue  # the family is not among the shape's fastest: its cuts are unlikely to win either
-                by_tiling: dict[Tiling, Candidate] = {}  # one config per cut: the first parent's that takes the shape
-                for v in variants:
-                    tiling = family.tiling(v.cfg)
-                    if tiling not in by_tiling and v.family.supports(v.cfg, target) is None:
-                        by_tiling[tiling] = v
-                ranked = sorted(by_tiling.items(), key=lambda kv: (estimate_us(kv[0], target, self.sms), kv[1].name))
-                # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would
-                # crowd out a different cut.
-                cuts: set[tuple[int, int, int, bool]] = set()
-                fresh = []
-                for t, cand in ranked:
-                    if cand.name not in measured and (t.bm, t.bn, t.splits, t.stream_k) not in cuts:
-                        cuts.add((t.bm, t.bn, t.splits, t.stream_k))
-                        fresh.append(cand)
-                for rank, cand in enumerate(fresh[:FILL_PER_SHAPE]):
+                for rank, cand in enumerate(self._cuts(family, variants, target, own)):
                     picks.add(cand, rank, target)
+
+    def _cuts(self, family: KernelFamily, variants: list[Candidate], target: Task,
+              own: list[Candidate]) -> list[Candidate]:
+        """The FILL_PER_SHAPE distinct cuts for `target` with the lowest estimates, none measured on it (`own`: the
+        family's configs in its stored elite, fastest first) and none estimated more than FILL_MAX_EST_LOSS slower
+        than the cut of its fastest stored config of this family."""
+        by_tiling: dict[Tiling, Candidate] = {}  # one config per cut: the first parent's that takes the shape
+        for v in variants:
+            tiling = family.tiling(v.cfg)
+            if tiling not in by_tiling and family.supports(v.cfg, target) is None:
+                by_tiling[tiling] = v
+        limit = estimate_us(family.tiling(own[0].cfg), target, self.sms) * FILL_MAX_EST_LOSS if own else math.inf
+        measured = {c.name for c in own}
+        # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would crowd out
+        # a different cut.
+        seen: set[tuple[int, int, int, bool]] = set()
+        fresh = []
+        estimated = sorted(((estimate_us(t, target, self.sms), c.name, t, c) for t, c in by_tiling.items()),
+                           key=lambda e: e[:2])
+        for est, _, t, cand in estimated:
+            key = (t.bm, t.bn, t.splits, t.stream_k)
+            if est <= limit and cand.name not in measured and key not in seen:
+                seen.add(key)
+                fresh.append(cand)
+        return fresh[:FILL_PER_SHAPE]
 
     def _parents(self, family: KernelFamily) -> list[Candidate]:
         """The family's FILL_PARENTS configs that are fastest on the most stored shapes; its default if none."""
