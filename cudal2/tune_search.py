@@ -43,8 +43,11 @@ EXPLORE = 0.25  # evolutionary: share of proposals sampled at random
 ELITE = 4  # evolutionary: configs kept per shape as parents
 CROSSOVER = 0.5  # evolutionary: share of children bred from two parents (then mutated once)
 NEIGHBOUR = 0.7  # a mutated parameter moves to an adjacent value of its space tuple (else to any value)
-TRANSFER_NEIGHBOURS = 2  # transfer: tuned shapes each target shape borrows configs from
-TRANSFER_TOP = 2  # transfer: fastest configs taken from each of those shapes
+# transfer: each target borrows the TRANSFER_TOP fastest configs of each of its TRANSFER_NEIGHBOURS nearest tuned shapes.
+# 6 x 1 rather than 2 x 2 (the same 2.8 picks per grid shape): left out of the H200 grid store one shape at a time,
+# a pick was near-best on 95.4% of shapes against 90.9% (benchmarks/transfer_check.py, benchmarks/RESULTS.md).
+TRANSFER_NEIGHBOURS = 6
+TRANSFER_TOP = 1
 MAX_NEIGHBOURS_SCANNED = 12  # transfer: nearest shapes looked at for configs that support the target
 FILL_PARENTS = 3  # fill: per family, the configs fastest on the most stored shapes, whose cuts it varies
 FILL_PER_SHAPE = 3  # fill: per family and target shape, the unmeasured cuts with the lowest estimate proposed
