@@ -482,3 +482,19 @@ def test_wave_model_ranks_the_committed_h200_store_better_than_chance():
                                               tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200")
     s = wave_model_check.score(groups, 132)
     assert s["groups"] > 100 and s["top3"] > s["random_top3"] + 0.1 and s["spearman"] > 0.1
+
+
+def test_transfer_leave_one_out_on_the_committed_h200_store():
+    """benchmarks/transfer_check.py with the committed constants on the held-out grid split: planned from the other
+    shapes alone, transfer picks a near-best config for most shapes, at a few picks per shape."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import transfer_check
+
+    store = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = transfer_check.load(transfer_check.open_db(store, Path(tmp)), "h200")
+    heldout = tune.load_tasks(f"{GRID}:heldout", [], "fp32")
+    s = transfer_check.check(measured, heldout, tune_search.TRANSFER_NEIGHBOURS, tune_search.TRANSFER_TOP)
+    assert s["shapes"] == len(heldout) and s["picks"] <= 4 and s["hit"] > 0.85
