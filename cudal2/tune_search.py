@@ -245,12 +245,12 @@ class FillSearch(PlannedSearch):
         measured = {c.name for c in own}
         # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would crowd out
         # a different cut.
-        seen: set[tuple[int, int, int, bool]] = set()
+        seen: set[tuple[int, int, int, bool, bool]] = set()
         fresh = []
         estimated = sorted(((estimate_us(t, target, self.sms), c.name, t, c) for t, c in by_tiling.items()),
                            key=lambda e: e[:2])
         for est, _, t, cand in estimated:
-            key = (t.bm, t.bn, t.splits, t.stream_k)
+            key = (t.bm, t.bn, t.splits, t.stream_k, t.cluster_reduce)
             if est <= limit and cand.name not in measured and key not in seen:
                 seen.add(key)
                 fresh.append(cand)
@@ -288,6 +288,10 @@ TILE_US = 4.0  # per output tile a CTA takes: filling the pipeline, the epilogue
 L2_BYTES_PER_US = 10.0e6  # operand tiles re-read from L2 by every CTA that needs them, all SMs together
 HBM_BYTES_PER_US = 4.0e6  # A, B and C once from and to HBM
 SPLIT_US = 5.0  # a split (or stream-K) reduction's fixed cost: a second kernel or the fix-up's flags and waits
+# Split-K summed inside a thread-block cluster (sm80 family, reduce=cluster): two cluster barriers, partials read once
+# from the peers' shared memory. Not fitted (no such kernel was measured yet): a guess of the same proportions.
+CLUSTER_SYNC_US = 1.0
+DSMEM_BYTES_PER_US = 20.0e6
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:
@@ -308,7 +312,12 @@ def estimate_us(t: Tiling, task: Task, sms: int) -> float:
     # Partial fp32 tiles through the workspace: one per unit under split-K; under stream-K about one per SM when the
     # last wave is shared out (units not a multiple of the SMs), none otherwise.
     partial_tiles = units if t.splits > 1 else (sms if t.stream_k and units % sms else 0)
-    reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US if partial_tiles else 0.0
+    if not partial_tiles:
+        reduce = 0.0
+    elif t.cluster_reduce:  # parked in shared memory, read over the cluster's SM-to-SM network: no second pass
+        reduce = CLUSTER_SYNC_US + 4 * partial_tiles * t.bm * t.bn / DSMEM_BYTES_PER_US
+    else:
+        reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
     return max(compute, l2, hbm) + reduce
 
 

@@ -3,10 +3,12 @@ on a GPU a short real tuning run."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import random
 import shutil
 import sqlite3
-import tempfile
+import sys
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -468,33 +470,43 @@ def test_fill_run_recuts_stored_winners_on_a_simulated_gpu(tmp_path, monkeypatch
     assert per_key and all(n == 1 for (n,) in per_key)
 
 
-def test_wave_model_ranks_the_committed_h200_store_better_than_chance():
+def _benchmark(name: str):
+    """A script of benchmarks/ as a module (they are scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    return importlib.import_module(name)
+
+
+COMMITTED_STORE = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
+
+
+def test_wave_model_ranks_the_committed_h200_store_better_than_chance(tmp_path):
     """benchmarks/wave_model_check.py on the held-out split of the committed grid store: the measured best of a
     (shape, family) is among the model's first 3 picks more often than among 3 random ones."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import wave_model_check
-
-    store = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
-    with tempfile.TemporaryDirectory() as tmp:
-        groups = wave_model_check.load_groups(wave_model_check.open_db(store, Path(tmp)),
-                                              tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200")
-    s = wave_model_check.score(groups, 132)
+    check = _benchmark("wave_model_check")
+    groups = check.load_groups(check.open_db(COMMITTED_STORE, tmp_path), tune.load_tasks(f"{GRID}:heldout", [], "fp32"),
+                               "h200")
+    s = check.score(groups, 132)
     assert s["groups"] > 100 and s["top3"] > s["random_top3"] + 0.1 and s["spearman"] > 0.1
 
 
-def test_transfer_leave_one_out_on_the_committed_h200_store():
+def test_transfer_leave_one_out_on_the_committed_h200_store(tmp_path):
     """benchmarks/transfer_check.py with the committed constants on the held-out grid split: planned from the other
     shapes alone, transfer picks a near-best config for most shapes, at a few picks per shape."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import transfer_check
-
-    store = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
-    with tempfile.TemporaryDirectory() as tmp:
-        measured = transfer_check.load(transfer_check.open_db(store, Path(tmp)), "h200")
+    check = _benchmark("transfer_check")
+    measured = check.load(check.open_db(COMMITTED_STORE, tmp_path), "h200")
     heldout = tune.load_tasks(f"{GRID}:heldout", [], "fp32")
-    s = transfer_check.check(measured, heldout, tune_search.TRANSFER_NEIGHBOURS, tune_search.TRANSFER_TOP)
+    s = check.check(measured, heldout, tune_search.TRANSFER_NEIGHBOURS, tune_search.TRANSFER_TOP)
     assert s["shapes"] == len(heldout) and s["picks"] <= 4 and s["hit"] > 0.85
+
+
+def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_path):
+    """A family change (e.g. a parameter added later, `ADDED_LATER`) must leave every stored config's source as it
+    was measured: otherwise resumption, transfer and fill lose the store's results."""
+    db = _benchmark("wave_model_check").open_db(COMMITTED_STORE, tmp_path)
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT source_hash, family, params_json FROM tune_configs").fetchall()
+    families = {f.name: f for f in tune.FAMILIES}
+    assert len(rows) > 300
+    for stored_hash, family, params in rows:
+        f = families[family]
+        assert source_hash(f.render(f.make(json.loads(params)))) == stored_hash, (family, params)

@@ -8,9 +8,9 @@ parameterised by a config except through the named constants the including sourc
 from __future__ import annotations
 
 import textwrap
-from dataclasses import fields
 from typing import Any
 
+from cudal2.kernels.family import shown_fields
 from cudal2.sandbox.types import Acc
 
 INCLUDES = """\
@@ -54,6 +54,28 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");
+}
+"""
+
+# PTX wrappers for thread-block clusters (sm_90): a barrier over every thread of the cluster (release/acquire, so
+# shared-memory stores before it are visible to every CTA after it), this CTA's rank in the cluster, and an 8-byte
+# load from another CTA's shared memory (distributed shared memory: mapa turns our address into theirs).
+CLUSTER_PTX = """\
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\\n" : "=r"(rank));
+    return rank;
+}
+// The two floats at shared-memory address `addr` (8-byte aligned) of the cluster's CTA `rank`.
+__device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
+    uint32_t remote;
+    float2 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
 }
 """
 
@@ -140,11 +162,11 @@ def comment_block(text: str) -> str:
 
 
 def config_lines(cfg: Any) -> str:
-    """One `name = value` line per config field, for a header comment."""
+    """One `name = value` line per shown config field (family.shown_fields), for a header comment."""
     def show(v: Any) -> str:
         return str(getattr(v, "value", v))
 
-    return "\n".join(f"  {f.name:<11} = {show(getattr(cfg, f.name))}" for f in fields(cfg))
+    return "\n".join(f"  {f.name:<11} = {show(getattr(cfg, f.name))}" for f in shown_fields(cfg))
 
 
 def constants(rows: list[tuple[str, str, str, str]]) -> str:

@@ -40,13 +40,15 @@ class BadConfig(ValueError):
 class Tiling:
     """How one config divides a GEMM among CTAs: each CTA owns a bm x bn output tile and walks K in bk-deep blocks;
     the K loop of every tile is cut into `splits` ranges on different CTAs (partials summed afterwards); with
-    `stream_k` the scheduler also shares the last wave's K loops among all SMs, so the wave count is fractional."""
+    `stream_k` the scheduler also shares the last wave's K loops among all SMs, so the wave count is fractional;
+    `cluster_reduce`: a tile's K ranges sum their partials through a cluster's shared memory, not the workspace."""
 
     bm: int
     bn: int
     bk: int
     splits: int = 1
     stream_k: bool = False
+    cluster_reduce: bool = False
 
 
 class KernelFamily(Protocol):
@@ -69,10 +71,22 @@ class KernelFamily(Protocol):
     def tiling(self, cfg: Any) -> Tiling: ...
 
 
-def config_name(family: KernelFamily, cfg: Any) -> str:
-    """`sm80_mma-BM128-BN128-BK32-...`: the family name and every field in declaration order."""
+# Field metadata of a parameter added to a family after results were stored: at its default it is left out of the
+# config's name and of the rendered source's config lines, so that every stored config keeps its name and renders to
+# the very source (hash) it was measured as; `make` fills it in when stored parameters lack it.
+ADDED_LATER = {"added_later": True}
+
+
+def shown_fields(cfg: Any) -> list:
+    """The fields of `cfg` that its name and header show: all but ADDED_LATER ones at their default."""
     assert is_dataclass(cfg)
-    parts = [f"{f.name}{_short(getattr(cfg, f.name))}" for f in fields(cfg)]
+    return [f for f in fields(cfg)
+            if not (f.metadata.get("added_later") and getattr(cfg, f.name) == f.default)]
+
+
+def config_name(family: KernelFamily, cfg: Any) -> str:
+    """`sm80_mma-BM128-BN128-BK32-...`: the family name and every shown field in declaration order."""
+    parts = [f"{f.name}{_short(getattr(cfg, f.name))}" for f in shown_fields(cfg)]
     return "-".join([family.name, *parts])
 
 
@@ -94,7 +108,10 @@ def check_params(space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> N
 
 def build_config(config_cls: type, space: dict[str, tuple[Any, ...]], params: dict[str, Any]) -> Any:
     """check_params, then the config with each value replaced by the space's own equal object, so that a str enum
-    given by its value ("fp32", "cooperative") becomes the enum member (every family's `make`)."""
+    given by its value ("fp32", "cooperative") becomes the enum member (every family's `make`). ADDED_LATER
+    parameters missing from `params` (stored before they existed) take their defaults."""
+    later = {f.name: f.default for f in fields(config_cls) if f.metadata.get("added_later")}
+    params = {**{k: v for k, v in later.items() if k not in params}, **params}
     check_params(space, params)
     return config_cls(**{key: next(v for v in space[key] if v == value) for key, value in params.items()})
 

@@ -11,7 +11,9 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
     smem         K-contiguous rows of BK halves, 16-byte chunks XOR-swizzled so ldmatrix is bank-conflict free
     launch order grouped rasterisation: GROUP_M tile-rows walked together for L2 reuse of B tiles
     split-K      SPLIT_K contiguous K ranges (grid z); fp32 partials in the workspace, then a reduction kernel that
-                 sums them in split order (deterministic, no atomics)
+                 sums them in split order (deterministic, no atomics); or, with reduce=cluster (sm_90 only), the
+                 ranges of a tile launched as one thread-block cluster that sums them in the same order through
+                 distributed shared memory: no workspace, no second kernel
     any shape    the fast path needs K % 8 == 0 and 16-byte aligned A, B; otherwise the same kernel is instantiated
                  with a predicated scalar gather (each thread builds 16-byte chunks element by element)
     accumulate   fp32 (default) or fp16 (Acc.FP16: only for fp16-accuracy tasks)
@@ -20,11 +22,12 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
+from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 # Shared memory, bytes: (opt-in maximum per block, per SM). sm_80: 163 KB / 164 KB; sm_86/89: 99 / 100 KB;
@@ -47,6 +50,17 @@ REGS_PER_CHUNK = 2
 OVERHEAD_REGS = 40
 # Split-K workspace ceiling (bytes): the split count is lowered until splits * M * N * 4 bytes fit.
 WS_CAP_BYTES = 1 << 30
+# Cluster reduction: CTAs per cluster without the non-portable opt-in (CUDA programming guide, "Thread Block
+# Clusters"), and the fp32 padding of each parked tile row (floats; keeps rows 16-byte aligned, shifts banks).
+MAX_PORTABLE_CLUSTER = 8
+RED_PAD = 4
+
+
+class Reduce(str, Enum):
+    """Where split-K partial tiles are summed."""
+
+    WORKSPACE = "workspace"  # fp32 slabs in the workspace, then a second kernel (any arch)
+    CLUSTER = "cluster"  # the K ranges of a tile form one thread-block cluster and sum through its shared memory (sm_90)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class Sm80Config:
     group_m: int  # rasterisation: tile-rows walked together (1 = plain row-major launch order)
     min_blocks: int  # __launch_bounds__ minimum resident blocks per SM (caps registers at 64K / (threads * this))
     acc: Acc
+    reduce: Reduce = field(default=Reduce.WORKSPACE, metadata=ADDED_LATER)  # where split-K partials are summed
 
     @property
     def threads(self) -> int:
@@ -78,8 +93,10 @@ class Sm80Config:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: STAGES x (A slice + B slice) halves."""
-        return self.stages * (self.bm + self.bn) * self.bk * 2
+        """Dynamic shared memory: STAGES x (A slice + B slice) halves; with the cluster reduction at least the
+        parked fp32 tile (BM rows of BN + RED_PAD floats), which reuses the stages once the K loop is done."""
+        pipeline = self.stages * (self.bm + self.bn) * self.bk * 2
+        return max(pipeline, self.bm * (self.bn + RED_PAD) * 4) if self.reduce is Reduce.CLUSTER else pipeline
 
     @property
     def chunks_per_thread(self) -> int:
@@ -105,6 +122,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "group_m": (1, 4, 8, 16),
     "min_blocks": (1, 2),
     "acc": tuple(Acc),
+    "reduce": tuple(Reduce),
 }
 
 
@@ -113,8 +131,8 @@ class Sm80Family:
 
     name = "sm80_mma"
     archs = ("sm_80", "sm_90a")
-    # Only the K split: the tile sizes fix the warp tiling and the load loops, i.e. the kernel body.
-    decomposition = ("split_k",)
+    # Only the K split and where it is summed: the tile sizes fix the warp tiling and the load loops (the body).
+    decomposition = ("split_k", "reduce")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -140,9 +158,18 @@ class Sm80Family:
         if (cfg.bm * chunks) % cfg.threads or (cfg.bn * chunks) % cfg.threads:
             return (f"load chunks not evenly divisible among threads: {cfg.bm}x{cfg.bk} A and {cfg.bn}x{cfg.bk} B "
                     f"slices are {cfg.bm * chunks} and {cfg.bn * chunks} 16-byte chunks for {cfg.threads} threads")
+        if cfg.reduce is Reduce.CLUSTER:
+            if not arch.startswith("sm_90"):
+                return f"the cluster reduction needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
+            if cfg.split_k == 1:
+                return "the cluster reduction sums split-K partials: split_k=1 has none (use reduce=workspace)"
+            if cfg.split_k > MAX_PORTABLE_CLUSTER:
+                return (f"split_k={cfg.split_k} CTAs per cluster: over the portable cluster size "
+                        f"{MAX_PORTABLE_CLUSTER}, which may not be schedulable")
         if cfg.smem_bytes > block_smem:
-            return (f"shared memory {cfg.smem_bytes} B ({cfg.stages} stages x ({cfg.bm}+{cfg.bn}) x {cfg.bk} halves) "
-                    f"over the {block_smem} B per-block limit of {arch}")
+            parked = " or the parked fp32 tile" if cfg.reduce is Reduce.CLUSTER else ""
+            return (f"shared memory {cfg.smem_bytes} B ({cfg.stages} stages x ({cfg.bm}+{cfg.bn}) x {cfg.bk} halves"
+                    f"{parked}) over the {block_smem} B per-block limit of {arch}")
         regs = cfg.est_registers
         if regs > MAX_REGS_PER_THREAD:
             return (f"accumulator + fragment registers estimate {regs}/thread over {MAX_REGS_PER_THREAD} "
@@ -162,7 +189,7 @@ class Sm80Family:
         return None
 
     def tiling(self, cfg: Sm80Config) -> Tiling:
-        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k)
+        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.reduce is Reduce.CLUSTER)
 
     def render(self, cfg: Sm80Config) -> str:
         if not isinstance(cfg, Sm80Config):
@@ -207,10 +234,7 @@ Shapes
 {cuda_parts.FRAGMENT_LAYOUTS}
 ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. B: two n8 blocks per x4: lane l
   addresses n row (l / 16) * 8 + l % 8, chunk (l / 8) % 2 -> {{b0, b1}} of n-block 0, then of n-block 1."""
-    return {
-        "header": cuda_parts.comment_block(design),
-        "includes": cuda_parts.INCLUDES,
-        "constants": cuda_parts.constants([
+    constant_rows = [
             ("int", "BM", str(cfg.bm), "block tile rows (M)"),
             ("int", "BN", str(cfg.bn), "block tile columns (N)"),
             ("int", "BK", str(cfg.bk), "K slice per pipeline stage"),
@@ -221,16 +245,117 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
             ("int", "GROUP_M", str(cfg.group_m), "rasterisation group height, in tile-rows"),
             ("int", "MIN_BLOCKS", str(cfg.min_blocks), "__launch_bounds__ minimum resident blocks per SM"),
             ("size_t", "WS_CAP_BYTES", f"{WS_CAP_BYTES}ull", "split-K workspace ceiling, bytes"),
-        ]),
+    ]
+    values = {
+        "header": cuda_parts.comment_block(design),
+        "includes": cuda_parts.INCLUDES,
         "ptx": cuda_parts.ASYNC_COPY_PTX,
         "accumulator": cuda_parts.accumulator(cfg.acc),
         "store_pair": cuda_parts.STORE_PAIR,
+        "smem_bytes": _PIPELINE_SMEM,
+        **dict.fromkeys(_CLUSTER_PARTS, ""),  # the workspace reduction: not a byte of the cluster code
     }
+    if cfg.reduce is Reduce.CLUSTER:
+        constant_rows += [
+            ("bool", "CLUSTER_REDUCE", "true", "split-K partials summed in the cluster's shared memory"),
+            ("int", "RED_LD", str(cfg.bn + RED_PAD), "row stride (floats) of the fp32 tile parked for that sum"),
+        ]
+        values.update(_CLUSTER_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX,
+                      smem_bytes=f"({_PIPELINE_SMEM} > _TILE_SMEM ? {_PIPELINE_SMEM} : _TILE_SMEM)".replace(
+                          "_TILE_SMEM", "(size_t)BM * RED_LD * sizeof(float)"))
+    return {**values, "constants": cuda_parts.constants(constant_rows)}
+
+
+_PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"
+
+# The cluster reduction's code, by template slot (see Reduce.CLUSTER and _split_text).
+_CLUSTER_PARTS = {
+    "cluster_epilogue": r"""// Split-K summed inside the thread-block cluster: grid.z = the plan's K ranges = the cluster size, so the CTAs of
+// one output tile form one cluster. Each parks its fp32 tile in its own shared memory (over the pipeline stages,
+// which the K loop is done with); a cluster barrier makes them all visible; CTA r then sums tile rows r, r + splits,
+// ... over the CTAs 0, 1, ... in that order (bitwise reproducible, the order splitk_reduce uses) and stores them; a
+// second barrier keeps every CTA's shared memory alive until the others have read it. No workspace, one kernel.
+__device__ __forceinline__ void cluster_reduce_store(const AccFrag (&acc)[MI][NI], half* __restrict__ C, int M, int N,
+                                                     bool vec, int m0, int n0, int wm, int wn, int lane, float* red) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    __syncthreads();  // every warp has issued its last ldmatrix of the stages that `red` overlays
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            const int r = wm * WARP_M + mi * 16 + g;
+            const int c = wn * WARP_N + ni * 8 + 2 * t;
+            float v[4];
+            acc_to_float(acc[mi][ni], v);
+            *reinterpret_cast<float2*>(red + r * RED_LD + c) = make_float2(v[0], v[1]);
+            *reinterpret_cast<float2*>(red + (r + 8) * RED_LD + c) = make_float2(v[2], v[3]);
+        }
+    cluster_sync();
+    const int splits = (int)gridDim.z;
+    const int rank = (int)cluster_ctarank();
+    const uint32_t base = smem_addr(red);
+    const int rows = (BM - rank + splits - 1) / splits;  // rows rank, rank + splits, ... below BM
+    for (int i = threadIdx.x; i < rows * (BN / 2); i += THREADS) {
+        const int r = rank + (i / (BN / 2)) * splits;
+        const int c = 2 * (i % (BN / 2));
+        const uint32_t addr = base + (uint32_t)((r * RED_LD + c) * sizeof(float));
+        float2 sum = ld_cluster_f2(addr, 0u);
+        for (int z = 1; z < splits; ++z) {
+            const float2 p = ld_cluster_f2(addr, (uint32_t)z);
+            sum.x += p.x;
+            sum.y += p.y;
+        }
+        store_pair(C, M, N, vec, m0 + r, n0 + c, sum.x, sum.y);
+    }
+    cluster_sync();
+}
+
+""",
+    "cluster_call": r"""if (gridDim.z > 1) {  // split-K: summed in the cluster (cluster_reduce_store), never in the workspace
+        cluster_reduce_store(acc, C, M, N, vec_store != 0, m0, n0, wm, wn, lane, reinterpret_cast<float*>(smem_raw));
+        return;
+    }
+    """,
+    "no_workspace": "if (CLUSTER_REDUCE) return 0;  // split-K partials stay in the cluster's shared memory\n    ",
+    "cluster_launch": r"""// Split-K launch: one cluster of grid.z CTAs (the K ranges) per output tile, for cluster_reduce_store.
+template <bool kAligned>
+int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int N, int K, int slices_per_split,
+                   int vec_store, cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(THREADS, 1, 1);
+    config.dynamicSmemBytes = SMEM_BYTES;
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = grid.z;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&config, sm80_hgemm_kernel<kAligned>, A, B, C, (float*)nullptr, M, N,
+                                               K, slices_per_split, vec_store);
+    return err == cudaSuccess ? 0 : 1;
+}
+
+""",
+    "cluster_dispatch": "if (plan.splits > 1)\n        return launch_cluster<kAligned>(grid, A, B, C, M, N, K, "
+                        "plan.slices_per_split, vec_store, stream);\n    ",
+    "workspace_guard": "!CLUSTER_REDUCE && ",
+}
 
 
 def _split_text(cfg: Sm80Config) -> str:
     if cfg.split_k == 1:
         return ("Split-K: none (SPLIT_K = 1): one launch, no workspace; the split-K code below stays idle.")
+    if cfg.reduce is Reduce.CLUSTER:
+        return f"""\
+Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)
+  Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges); the ranges of one output
+  tile are launched as one cluster (cudaLaunchKernelEx, cluster dims 1 x 1 x ranges). Each CTA parks its fp32 tile
+  in its shared memory; CTA r sums rows r, r + ranges, ... over the cluster's CTAs in rank order (deterministic,
+  through distributed shared memory) and writes them to C. No workspace and no second kernel."""
     return f"""\
 Split-K (at most {cfg.split_k} ranges)
   Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges and lowers the count until
@@ -260,7 +385,7 @@ constexpr int ROWS_PER_PASS = THREADS / CHUNKS;  // tile rows one pass of all th
 constexpr int A_TILE = BM * BK;                // halves per A slice
 constexpr int B_TILE = BN * BK;                // halves per B slice
 constexpr int STAGE_HALVES = A_TILE + B_TILE;
-constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_HALVES * sizeof(half);
+constexpr size_t SMEM_BYTES = $smem_bytes;
 constexpr int REDUCE_THREADS = 256;
 constexpr int REDUCE_MAX_BLOCKS = 8192;
 
@@ -375,7 +500,7 @@ __device__ __forceinline__ void store_partial(float* __restrict__ W, int M, int 
     }
 }
 
-// One block computes one BM x BN tile over K slices [blockIdx.z * slices_per_split, ...) and writes it to C
+${cluster_epilogue}// One block computes one BM x BN tile over K slices [blockIdx.z * slices_per_split, ...) and writes it to C
 // (ws == nullptr) or, as fp32 partials, to ws[blockIdx.z].
 template <bool kAligned>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -454,7 +579,7 @@ sm80_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* 
     }
     cp_async_wait<0>();  // only empty groups remain; leave nothing in flight at exit
 
-    // ---- epilogue: registers -> C (rounded) or -> this split's fp32 slab, guarded ----
+    ${cluster_call}// ---- epilogue: registers -> C (rounded) or -> this split's fp32 slab, guarded ----
     const int g = lane >> 2;
     const int t = lane & 3;
     const bool vec = vec_store != 0;
@@ -527,11 +652,11 @@ SplitPlan plan_split(int M, int N, int K) {
 }
 
 size_t workspace_needed(int M, int N, int K) {
-    const SplitPlan plan = plan_split(M, N, K);
+    ${no_workspace}const SplitPlan plan = plan_split(M, N, K);
     return plan.splits > 1 ? (size_t)plan.splits * (size_t)M * (size_t)N * sizeof(float) : 0;
 }
 
-// Raise the dynamic shared-memory limit of one instantiation, once per process.
+${cluster_launch}// Raise the dynamic shared-memory limit of one instantiation, once per process.
 template <bool kAligned>
 bool smem_opt_in() {
     static bool done = false;
@@ -549,7 +674,7 @@ int launch(const half* A, const half* B, half* C, float* ws, int M, int N, int K
     if (tiles > 0x7fffffffLL) return 1;
     const int vec_store = (N % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0) ? 1 : 0;
     const dim3 grid((unsigned)tiles, 1, (unsigned)plan.splits);
-    sm80_hgemm_kernel<kAligned><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, ws, M, N, K, plan.slices_per_split,
+    ${cluster_dispatch}sm80_hgemm_kernel<kAligned><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, ws, M, N, K, plan.slices_per_split,
                                                                        vec_store);
     return 0;
 }
@@ -566,7 +691,7 @@ extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N,
     if (M < 1 || N < 1 || K < 1) return 1;
     const SplitPlan plan = plan_split(M, N, K);
     float* ws = nullptr;
-    if (plan.splits > 1) {
+    if (${workspace_guard}plan.splits > 1) {
         if (workspace == nullptr || workspace_bytes < workspace_needed(M, N, K) ||
             reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
             return 1;

@@ -9,9 +9,12 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
     ldmatrix.x4        warp-collective: lanes 8j..8j+7 give matrix j's row addresses; lane l gets row l/4, halves
                        2(l%4), 2(l%4)+1 of each matrix. Counts 8-row phases whose 16-byte units collide in banks.
     mma.m16n8k16       warp-collective, with the fragment layouts of the PTX ISA (fp32 or fp16 accumulate).
+    clusters           barrier.cluster (a std::barrier over every thread of the cluster), %cluster_ctarank, and
+                       mapa + ld.shared::cluster reads of another block's shared memory (cudaLaunchKernelEx with a
+                       cluster dimension; a plain launch is a grid of 1-block clusters).
 
-One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), blocks one after the
-other. The driver fills A and B with random halves, surrounds C and the workspace with guard bands (and fills the
+One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
+cluster at the same time, each with its own shared memory, clusters one after the other. The driver fills A and B with random halves, surrounds C and the workspace with guard bands (and fills the
 workspace with garbage), calls cudal2_hgemm with optional misaligned pointers and checks the result against a
 double-precision reference rounded to half.
 """
@@ -54,8 +57,10 @@ namespace emu {
 constexpr size_t SMEM_CAP = 256 * 1024;
 thread_local uint3 tidx, bidx;
 thread_local dim3 gdim, bdim;
-alignas(128) unsigned char smem[SMEM_CAP];
-unsigned char* const smem_base = smem;
+thread_local unsigned char* smem_base = nullptr;  // this thread's block's shared memory
+thread_local unsigned crank = 0;                    // the block's rank in its cluster
+thread_local std::barrier<>* cluster_bar = nullptr;
+thread_local std::vector<unsigned char*>* cluster_smem = nullptr;  // by rank
 size_t smem_size = 0;
 long long bank_conflicts = 0;  // ldmatrix phases (8 rows) hitting one 16-byte bank group twice
 
@@ -65,8 +70,7 @@ struct Warp {
     uint32_t a[32][4];
     uint32_t b[32][2];
 };
-std::barrier<>* block_bar = nullptr;
-std::vector<Warp>* warps = nullptr;
+thread_local std::barrier<>* block_bar = nullptr;
 thread_local Warp* my_warp = nullptr;
 std::mutex mu;
 
@@ -160,41 +164,86 @@ void mma_sums(const uint32_t (&a)[4], const uint32_t (&b)[2], double (&sum)[4]) 
     w.bar->arrive_and_wait();
 }
 
+float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
+    if (rank >= cluster_smem->size()) fail("ld.shared::cluster from a rank outside the cluster");
+    if (addr % 8 != 0 || addr + 8 > smem_size) fail("ld.shared::cluster address misaligned or outside shared memory");
+    float2 v;
+    memcpy(&v, (*cluster_smem)[rank] + addr, 8);
+    return v;
+}
+
+// Every block of `grid`, cluster by cluster (cluster dims `cl`): a cluster's blocks run at once, each with its own
+// shared memory (poisoned: NaN halves, so a read before the data landed shows up).
 template <class... P, class... Args>
-void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t, Args... args) {
+void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, dim3 cl, Args... args) {
     const unsigned nthreads = block.x * block.y * block.z;
-    if (smem_bytes > SMEM_CAP || nthreads % 32 != 0) fail("launch configuration");
+    const unsigned csize = cl.x * cl.y * cl.z;
+    if (smem_bytes > SMEM_CAP || nthreads % 32 != 0 || grid.x % cl.x || grid.y % cl.y || grid.z % cl.z)
+        fail("launch configuration");
     smem_size = smem_bytes;
-    for (unsigned z = 0; z < grid.z; ++z)
-        for (unsigned y = 0; y < grid.y; ++y)
-            for (unsigned x = 0; x < grid.x; ++x) {
-                memset(smem_base, 0xff, SMEM_CAP);  // NaN halves: a read before the data landed shows up
-                std::barrier<> bar(nthreads);
-                std::vector<Warp> ws(nthreads / 32);
+    for (unsigned z0 = 0; z0 < grid.z; z0 += cl.z)
+        for (unsigned y0 = 0; y0 < grid.y; y0 += cl.y)
+            for (unsigned x0 = 0; x0 < grid.x; x0 += cl.x) {
+                std::vector<std::unique_ptr<unsigned char[]>> bufs;
+                std::vector<unsigned char*> ptrs;
                 std::vector<std::unique_ptr<std::barrier<>>> owned;
-                for (auto& w : ws) {
-                    owned.emplace_back(new std::barrier<>(32));
-                    w.bar = owned.back().get();
+                std::vector<std::vector<Warp>> ws(csize, std::vector<Warp>(nthreads / 32));
+                std::vector<std::barrier<>*> bars;
+                for (unsigned b = 0; b < csize; ++b) {
+                    bufs.emplace_back(new unsigned char[SMEM_CAP]);
+                    memset(bufs.back().get(), 0xff, SMEM_CAP);
+                    ptrs.push_back(bufs.back().get());
+                    owned.emplace_back(new std::barrier<>(nthreads));
+                    bars.push_back(owned.back().get());
+                    for (auto& w : ws[b]) {
+                        owned.emplace_back(new std::barrier<>(32));
+                        w.bar = owned.back().get();
+                    }
                 }
-                block_bar = &bar;
-                warps = &ws;
+                std::barrier<> cbar(csize * nthreads);
                 std::vector<std::thread> threads;
-                for (unsigned t = 0; t < nthreads; ++t)
-                    threads.emplace_back([&, t] {
-                        tidx = make_uint3(t, 0, 0);
-                        bidx = make_uint3(x, y, z);
-                        gdim = grid;
-                        bdim = block;
-                        my_warp = &ws[t / 32];
-                        open_group.clear();
-                        committed.clear();
-                        kernel(args...);
-                        if (!open_group.empty()) fail("cp.async copies never committed");
-                        for (const auto& g : committed)
-                            if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
-                    });
+                for (unsigned b = 0; b < csize; ++b)  // rank b = x + y * cl.x + z * cl.x * cl.y, as in CUDA
+                    for (unsigned t = 0; t < nthreads; ++t)
+                        threads.emplace_back([&, b, t] {
+                            tidx = make_uint3(t, 0, 0);
+                            bidx = make_uint3(x0 + b % cl.x, y0 + (b / cl.x) % cl.y, z0 + b / (cl.x * cl.y));
+                            gdim = grid;
+                            bdim = block;
+                            smem_base = ptrs[b];
+                            crank = b;
+                            cluster_bar = &cbar;
+                            cluster_smem = &ptrs;
+                            block_bar = bars[b];
+                            my_warp = &ws[b][t / 32];
+                            open_group.clear();
+                            committed.clear();
+                            kernel(args...);
+                            if (!open_group.empty()) fail("cp.async copies never committed");
+                            for (const auto& g : committed)
+                                if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
+                        });
                 for (auto& th : threads) th.join();
             }
+}
+
+template <class... P, class... Args>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t, Args... args) {
+    run_grid(kernel, grid, block, smem_bytes, dim3(1, 1, 1), args...);
+}
+
+// A launch config's grid and block, for the kernel source (whose `x.gridDim` the gridDim macro below would eat).
+inline dim3& grid_of(cudaLaunchConfig_t& c) { return c.gridDim; }
+inline dim3& block_of(cudaLaunchConfig_t& c) { return c.blockDim; }
+
+template <class... P, class... Args>
+cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(P...), Args... args) {
+    dim3 cl(1, 1, 1);
+    for (unsigned i = 0; i < config->numAttrs; ++i)
+        if (config->attrs[i].id == cudaLaunchAttributeClusterDimension)
+            cl = dim3(config->attrs[i].val.clusterDim.x, config->attrs[i].val.clusterDim.y,
+                      config->attrs[i].val.clusterDim.z);
+    run_grid(kernel, config->gridDim, config->blockDim, config->dynamicSmemBytes, cl, args...);
+    return cudaSuccess;
 }
 }  // namespace emu
 
@@ -220,6 +269,12 @@ __device__ __forceinline__ void cp_async_commit() { emu::commit(); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { emu::wait_groups(N); }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) { emu::ldmatrix_x4(r, addr); }
+"""
+
+_EMU_CLUSTER = """\
+__device__ __forceinline__ void cluster_sync() { emu::cluster_bar->arrive_and_wait(); }
+__device__ __forceinline__ uint32_t cluster_ctarank() { return emu::crank; }
+__device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) { return emu::ld_cluster_f2(addr, rank); }
 """
 
 _EMU_ACC = {
@@ -335,7 +390,8 @@ def cuda_include_dir() -> Path | None:
 
 def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
-    for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.accumulator(acc), _EMU_ACC[acc])):
+    for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER),
+                               (cuda_parts.accumulator(acc), _EMU_ACC[acc])):
         if original in source:
             source = source.replace(original, emulated)
     if "asm" in re.sub(r"//.*", "", source):
@@ -344,6 +400,8 @@ def emulated_source(source: str, acc: Acc) -> str:
                             "unsigned char* smem_raw = emu::smem_base;")
     source = source.replace("__shared__", "static")
     source = _LAUNCH.sub(lambda m: f"emu::launch({m.group(1)}, {m.group(2)}, {m.group(3)});", source)
+    source = source.replace("cudaLaunchKernelEx(", "emu::launch_ex(")
+    source = re.sub(r"(\w+)\.(grid|block)Dim\b", r"emu::\2_of(\1)", source)
     return _PRELUDE + source + _DRIVER
 
 

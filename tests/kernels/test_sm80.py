@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from cudal2.kernels.sm80 import Sm80Config, Sm80Family
+from cudal2.kernels.family import config_name, config_params
+from cudal2.kernels.sm80 import Reduce, Sm80Config, Sm80Family
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator
 from cudal2.sandbox.types import Acc, Status, Task
 from tests.kernels import family_checks
@@ -21,12 +22,15 @@ def cfg(**changes) -> Sm80Config:
 
 
 # A representative sample: the seed's shape; the 128x256 big tile (64x64 warp tiles, right under the register
-# limit); split-K with fp16 accumulation, BK 64, 2 blocks per SM; one warp per block with 16 K ranges.
+# limit); split-K with fp16 accumulation, BK 64, 2 blocks per SM; one warp per block with 16 K ranges; split-K summed
+# in a thread-block cluster (sm_90a only) with 4 and with 8 ranges (the shape of the grid's most frequent sm80 winner).
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
     cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=3, split_k=4, group_m=4, min_blocks=2, acc=Acc.FP16),
     cfg(bm=16, bn=64, warps_m=1, warps_n=1, stages=5, split_k=16, group_m=1),
+    cfg(bm=64, bn=64, warps_m=2, warps_n=2, stages=3, split_k=4, reduce=Reduce.CLUSTER),
+    cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=4, stages=3, split_k=8, min_blocks=2, reduce=Reduce.CLUSTER),
 ]
 
 
@@ -59,6 +63,9 @@ def test_default_is_the_seed_tiling_and_valid_everywhere():
     (cfg(min_blocks=2), "sm_90a", "that 2 resident block(s) of 256 threads allow"),
     (cfg(bm=64, bn=64, bk=64, stages=5, warps_m=2, warps_n=2, min_blocks=2), "sm_86", "per SM of sm_86"),
     (DEFAULT, "sm_75", "no shared-memory model"),
+    (cfg(split_k=4, reduce=Reduce.CLUSTER), "sm_80", "needs thread-block clusters"),
+    (cfg(reduce=Reduce.CLUSTER), "sm_90a", "split_k=1 has none"),
+    (cfg(split_k=16, reduce=Reduce.CLUSTER), "sm_90a", "over the portable cluster size 8"),
 ])
 def test_invalid_configs_are_pruned_with_the_reason(config, arch, reason):
     why = FAMILY.prune(config, arch)
@@ -81,6 +88,21 @@ def test_source_names_its_config_and_design():
 
 
 @pytest.mark.nvcc
+def test_cluster_reduction_source_and_the_older_configs_unchanged():
+    cluster = SAMPLE[4]
+    source = FAMILY.render(cluster)
+    for text in ("constexpr bool CLUSTER_REDUCE = true;", "cluster_reduce_store", "barrier.cluster.arrive.release",
+                 "mapa.shared::cluster", "cudaLaunchAttributeClusterDimension", "summed in a thread-block cluster"):
+        assert text in source, text
+    assert cluster.smem_bytes == max(3 * (64 + 64) * 32 * 2, 64 * (64 + 4) * 4)  # the parked fp32 tile is larger
+    assert FAMILY.tiling(cluster).cluster_reduce and not FAMILY.tiling(SAMPLE[2]).cluster_reduce
+    # The workspace reduction (the default, and every config stored before `reduce` existed) renders without a byte
+    # of the cluster code, under its old name; a stored parameter set without `reduce` makes the same config.
+    assert "cluster" not in FAMILY.render(SAMPLE[2]).lower()
+    assert config_name(FAMILY, SAMPLE[2]).endswith("accfp16") and config_name(FAMILY, cluster).endswith("reducecluster")
+    assert FAMILY.make({k: v for k, v in config_params(SAMPLE[2]).items() if k != "reduce"}) == SAMPLE[2]
+
+
 def test_sample_compiles_for_sm80_and_sm90a(tmp_path):
     family_checks.compile_sample(FAMILY, SAMPLE, tmp_path / "build")
 
@@ -90,12 +112,30 @@ def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate_many(FAMILY, SAMPLE, tmp_path)
 
 
+@pytest.mark.nvcc
+def test_cluster_and_workspace_reductions_sum_alike_in_the_cpu_emulator(tmp_path):
+    """Both sum the K ranges' fp32 partials in range order: the same C, to the bit (so the same error)."""
+    from tests.kernels import emulator
+
+    cluster = SAMPLE[4]
+    workspace = replace(cluster, reduce=Reduce.WORKSPACE)
+    runs = {}
+    for c in (cluster, workspace):
+        (tmp_path / c.reduce.value).mkdir()
+        exe = emulator.build(FAMILY.render(c), c.acc, tmp_path / c.reduce.value)
+        runs[c.reduce] = [emulator.run(exe, m, n, k, offsets) for m, n, k, offsets in family_checks.EMU_SHAPES]
+    for a, b in zip(runs[Reduce.CLUSTER], runs[Reduce.WORKSPACE], strict=True):
+        assert a.rc == b.rc == 0 and (a.rel_err, a.max_abs) == (b.rel_err, b.max_abs)
+        assert a.workspace_bytes == 0  # nothing through global memory
+
+
 GPU_SHAPES = (Task(1, 4096, 4096), Task(77, 1000, 333), Task(4096, 11008, 4096), Task(64, 64, 64),
               Task(128, 256, 1003))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", SAMPLE, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}-s{c.split_k}-{c.acc.value}")
+@pytest.mark.parametrize("config", SAMPLE,
+                         ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}-s{c.split_k}-{c.acc.value}-{c.reduce.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
