@@ -14,9 +14,10 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
                        cluster dimension; a plain launch is a grid of 1-block clusters).
 
 One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
-cluster at the same time, each with its own shared memory, clusters one after the other. The driver fills A and B with random halves, surrounds C and the workspace with guard bands (and fills the
-workspace with garbage), calls cudal2_hgemm with optional misaligned pointers and checks the result against a
-double-precision reference rounded to half.
+cluster at the same time, each with its own shared memory, clusters one after the other. The driver fills A and B
+with random halves, surrounds C and the workspace with guard bands (and fills the workspace with garbage), calls
+cudal2_hgemm with optional misaligned pointers and checks the result against a double-precision reference rounded
+to half.
 """
 
 from __future__ import annotations
