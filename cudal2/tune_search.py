@@ -222,7 +222,8 @@ class FillSearch(PlannedSearch):
         for family in self.families:
             if not family.decomposition:
                 continue
-            variants = [v for parent in self._parents(family) for v in self._variants(parent)]
+            # (cut, config) of every variant, the parents' in their order: computed once for all targets.
+            variants = [(family.tiling(v.cfg), v) for parent in self._parents(family) for v in self._variants(parent)]
             for target in self.targets:
                 elite = [c for _, c in self.elites.get(target, [])]
                 own = [c for c in elite if c.family is family]
@@ -231,14 +232,13 @@ class FillSearch(PlannedSearch):
                 for rank, cand in enumerate(self._cuts(family, variants, target, own)):
                     picks.add(cand, rank, target)
 
-    def _cuts(self, family: KernelFamily, variants: list[Candidate], target: Task,
+    def _cuts(self, family: KernelFamily, variants: list[tuple[Tiling, Candidate]], target: Task,
               own: list[Candidate]) -> list[Candidate]:
         """The FILL_PER_SHAPE distinct cuts for `target` with the lowest estimates, none measured on it (`own`: the
         family's configs in its stored elite, fastest first) and none estimated more than FILL_MAX_EST_LOSS slower
         than the cut of its fastest stored config of this family."""
         by_tiling: dict[Tiling, Candidate] = {}  # one config per cut: the first parent's that takes the shape
-        for v in variants:
-            tiling = family.tiling(v.cfg)
+        for tiling, v in variants:
             if tiling not in by_tiling and family.supports(v.cfg, target) is None:
                 by_tiling[tiling] = v
         limit = estimate_us(family.tiling(own[0].cfg), target, self.sms) * FILL_MAX_EST_LOSS if own else math.inf
