@@ -21,9 +21,8 @@ import tempfile
 from pathlib import Path
 
 from cudal2 import tune, tune_search
-from cudal2.kernels.family import BadConfig
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
-from cudal2.sandbox.types import Acc, Mode, Task
+from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_log import TuneLog
 from cudal2.tune_search import ELITE, Candidate, TransferSearch
 
@@ -35,20 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load(db: Path, gpu: str | None) -> dict[Task, dict[str, tuple[Candidate, float]]]:
     """Every stored shape -> config name -> (candidate, fastest offline median, microseconds)."""
-    families = {f.name: f for f in tune.FAMILIES}
     out: dict[Task, dict[str, tuple[Candidate, float]]] = {}
     with ResultStore(db) as store, TuneLog(store) as log:
         label = resolve_gpu_label(store.ok_gpus(), gpu, None)
         for task in store.ok_shapes(Acc.FP32, label):
-            for h, res in store.best(task, label, mode=Mode.OFFLINE, baseline=None, limit=10_000):
-                record = log.config_of(h)
-                if record is None or record.family not in families:
-                    continue
-                try:
-                    cand = Candidate(families[record.family], families[record.family].make(record.params))
-                except BadConfig:
-                    continue
-                out.setdefault(task, {}).setdefault(cand.name, (cand, res.timings["candidate"].median_us))
+            for cand, us in tune.stored_candidates(store, log, task, label, tune.FAMILIES, limit=10_000):
+                out.setdefault(task, {}).setdefault(cand.name, (cand, us))
     return out
 
 

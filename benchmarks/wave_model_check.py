@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudal2 import tune, tune_search
-from cudal2.kernels.family import BadConfig, KernelFamily, Tiling
+from cudal2.kernels.family import Tiling
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
-from cudal2.sandbox.types import Acc, Mode, Task
+from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_log import TuneLog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,23 +48,14 @@ class Group:
 
 
 def load_groups(db: Path, shapes: list[Task], gpu: str | None) -> list[Group]:
-    families = {f.name: f for f in tune.FAMILIES if f.decomposition}
+    families = [f for f in tune.FAMILIES if f.decomposition]
     groups = []
     with ResultStore(db) as store, TuneLog(store) as log:
         label = resolve_gpu_label(store.ok_gpus(), gpu, None)
         for task in shapes:
             by_family: dict[str, list[tuple[Tiling, str, float]]] = {}
-            for h, res in store.best(task, label, mode=Mode.OFFLINE, baseline=None, limit=1000):
-                record = log.config_of(h)
-                if record is None or record.family not in families:
-                    continue
-                family: KernelFamily = families[record.family]
-                try:
-                    cfg = family.make(record.params)
-                except BadConfig:
-                    continue
-                by_family.setdefault(record.family, []).append(
-                    (family.tiling(cfg), record.name, res.timings["candidate"].median_us))
+            for cand, us in tune.stored_candidates(store, log, task, label, families, limit=1000):
+                by_family.setdefault(cand.family.name, []).append((cand.family.tiling(cand.cfg), cand.name, us))
             groups += [Group(task, name, tuple(rows)) for name, rows in by_family.items() if len(rows) >= MIN_CONFIGS]
     return groups
 

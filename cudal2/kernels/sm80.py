@@ -260,9 +260,9 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
             ("bool", "CLUSTER_REDUCE", "true", "split-K partials summed in the cluster's shared memory"),
             ("int", "RED_LD", str(cfg.bn + RED_PAD), "row stride (floats) of the fp32 tile parked for that sum"),
         ]
+        tile = "(size_t)BM * RED_LD * sizeof(float)"  # the parked fp32 tile, over the stages
         values.update(_CLUSTER_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX,
-                      smem_bytes=f"({_PIPELINE_SMEM} > _TILE_SMEM ? {_PIPELINE_SMEM} : _TILE_SMEM)".replace(
-                          "_TILE_SMEM", "(size_t)BM * RED_LD * sizeof(float)"))
+                      smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
     return {**values, "constants": cuda_parts.constants(constant_rows)}
 
 
