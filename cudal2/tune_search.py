@@ -292,12 +292,15 @@ SPLIT_US = 5.0  # a split (or stream-K) reduction's fixed cost: a second kernel 
 # from the peers' shared memory. Not fitted (no such kernel was measured yet): a guess of the same proportions.
 CLUSTER_SYNC_US = 1.0
 DSMEM_BYTES_PER_US = 20.0e6
+# An ordered (deterministic) workspace reduction: each K range of a tile waits for the one before it to add its
+# partial, so the ranges' adds run one after another, each a flag round trip plus a tile read and written by one CTA.
+SERIAL_STEP_US = 1.0
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:
     """Estimated time of a kernel cut as `t` on `task` with `sms` SMs, microseconds: the slowest of compute in whole
     waves (fractional under stream-K), operand traffic from L2, and the HBM floor; plus the split-K reduction, whose
-    fp32 partials go to and come back from the workspace."""
+    fp32 partials go to and come back from the workspace (one after another when the reduction is ordered)."""
     m, n, k = task.m, task.n, task.k
     tiles = math.ceil(m / t.bm) * math.ceil(n / t.bn)
     units = tiles * t.splits  # CTA work units
@@ -318,6 +321,8 @@ def estimate_us(t: Tiling, task: Task, sms: int) -> float:
         reduce = CLUSTER_SYNC_US + 4 * partial_tiles * t.bm * t.bn / DSMEM_BYTES_PER_US
     else:
         reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
+        if t.serial_reduce:  # the chain of a tile's K ranges (stream-K: about two peers per shared tile)
+            reduce += (t.splits - 1 if t.splits > 1 else 1) * SERIAL_STEP_US
     return max(compute, l2, hbm) + reduce
 
 

@@ -41,7 +41,8 @@ class Tiling:
     """How one config divides a GEMM among CTAs: each CTA owns a bm x bn output tile and walks K in bk-deep blocks;
     the K loop of every tile is cut into `splits` ranges on different CTAs (partials summed afterwards); with
     `stream_k` the scheduler also shares the last wave's K loops among all SMs, so the wave count is fractional;
-    `cluster_reduce`: a tile's K ranges sum their partials through a cluster's shared memory, not the workspace."""
+    `cluster_reduce`: a tile's K ranges sum their partials through a cluster's shared memory, not the workspace;
+    `serial_reduce`: they add their partials to the workspace one after another, each waiting for the one before."""
 
     bm: int
     bn: int
@@ -49,6 +50,7 @@ class Tiling:
     splits: int = 1
     stream_k: bool = False
     cluster_reduce: bool = False
+    serial_reduce: bool = False
 
 
 class KernelFamily(Protocol):

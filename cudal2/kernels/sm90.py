@@ -10,7 +10,8 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue
     schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
-              (cooperative only: K-splits of the tail tiles across SMs, reduced deterministically in the workspace);
+              (cooperative only: K-splits of the tail tiles across SMs, reduced in the workspace in order, or with
+              atomics under reduction=atomic);
               with `splits` > 1 the stream-K scheduler runs plain split-K instead: every output tile's K loop in
               `splits` equal ranges on different CTAs, for skinny long-K shapes that have fewer tiles than SMs
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
@@ -28,11 +29,11 @@ N % 8 == 0); `supports` refuses other shapes with that reason and the tuner pick
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
+from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.types import Acc, Task
 
 ARCH = "sm_90a"
@@ -64,6 +65,19 @@ class Scheduler(str, Enum):
     STREAMK = "streamk"
 
 
+class Reduction(str, Enum):
+    """How the stream-K scheduler sums the fp32 partials of one output tile in the workspace (CUTLASS ReductionMode).
+
+    ordered: each K range waits for the one before it and adds its partial in turn (Deterministic: bitwise
+             reproducible, but a tile's `splits` ranges finish one after another).
+    atomic:  after the first range has stored its partial, the middle ranges add theirs with fp32 atomics at the same
+             time, and the last one waits for all (Nondeterministic: the order of the fp32 sums varies per call).
+    """
+
+    ORDERED = "ordered"
+    ATOMIC = "atomic"
+
+
 class Epilogue(str, Enum):
     TMA = "tma"  # registers -> swizzled smem -> TMA store; N % 8 == 0
     NOSMEM = "nosmem"  # predicated stores straight from the accumulators; any N, no smem taken from the mainloop
@@ -85,6 +99,8 @@ class Sm90Config:
     swizzle: int  # tile rasterisation swizzle (CUTLASS max_swizzle_size): neighbouring CTAs share L2 tiles
     acc: Acc
     splits: int = 1  # > 1: split-K into this many K ranges per tile (stream-K scheduler in SplitK mode)
+    # How K ranges' partials are summed (stream-K scheduler only); added after the first stored configs.
+    reduction: Reduction = field(default=Reduction.ORDERED, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -100,6 +116,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "swizzle": (1, 2, 4, 8),
     "acc": tuple(Acc),
     "splits": (1, 2, 4, 8, 16),
+    "reduction": tuple(Reduction),
 }
 
 
@@ -160,7 +177,7 @@ class Sm90Family:
     archs = (ARCH,)
     # The CTA tile, the scheduler and the K split: one kernel body, cut differently (prune() still has the last
     # word: accumulator registers and shared memory grow with the tile, split-K needs the stream-K scheduler).
-    decomposition = ("bm", "bn", "scheduler", "splits")
+    decomposition = ("bm", "bn", "scheduler", "splits", "reduction")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -185,6 +202,8 @@ class Sm90Family:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
         if cfg.splits > 1 and cfg.scheduler is not Scheduler.STREAMK:
             return f"split-K (splits={cfg.splits}) runs in CUTLASS's stream-K scheduler; the persistent one has none"
+        if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
+            return "reduction=atomic sums K-range partials: only the stream-K scheduler has any (use ordered)"
         if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
             return (f"{regs} accumulator registers per consumer thread (> {MAX_ACC_REGS}) for a {cfg.bm}x{cfg.bn} "
                     f"{cfg.acc.value} tile under {cfg.schedule.value}: it would spill")
@@ -207,7 +226,8 @@ class Sm90Family:
 
     def tiling(self, cfg: Sm90Config) -> Tiling:
         return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.splits,
-                      stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1)
+                      stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1,
+                      serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
 
     def render(self, cfg: Sm90Config) -> str:
         if not isinstance(cfg, Sm90Config):
@@ -239,11 +259,19 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     )
     scheduler = "StreamKScheduler" if cfg.scheduler is Scheduler.STREAMK else "PersistentScheduler"
     # Split-K through the stream-K scheduler: `splits` K ranges per tile, partials reduced in the workspace in a
-    # fixed order (ReductionMode::Deterministic, CUTLASS's default). Only the stream-K arguments have these fields.
+    # fixed order (ReductionMode::Deterministic, CUTLASS's default) or with atomics (reduction=atomic). Only the
+    # stream-K arguments have these fields. The ordered default adds no line, so older configs render unchanged.
     split_k = ("" if cfg.splits == 1 else
                f"\n  args.scheduler.splits = {cfg.splits};  // K ranges per output tile\n"
                "  args.scheduler.decomposition_mode =\n"
                "      cutlass::gemm::kernel::detail::DecompositionMode::SplitK;  // not stream-K's own heuristic")
+    atomic = cfg.reduction is Reduction.ATOMIC
+    if atomic:
+        split_k += ("\n  args.scheduler.reduction_mode =  // middle K ranges add their partials at the same time\n"
+                    "      cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;")
+    reduced = ("reduced with fp32 atomics (the first range stores,\n//     the middle ones add at once, the last "
+               "waits for all: the summation order varies per call)." if atomic else
+               "reduced in a fixed order (deterministic).")
     n_align = "N % 8 == 0 (TMA store)" if cfg.epilogue is Epilogue.TMA else "any N"
     design = {
         Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
@@ -254,12 +282,10 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
                               "swizzled order.",
         Scheduler.STREAMK: ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
-                            "partial sums\n//     meet in the workspace and are reduced in a fixed order "
-                            "(deterministic)." if cfg.splits == 1 else
+                            f"partial sums\n//     meet in the workspace and are {reduced}" if cfg.splits == 1 else
                             f"Split-K through the stream-K scheduler: each output tile's K loop in {cfg.splits} "
                             "equal ranges on\n//     different CTAs (more CTAs than tiles for skinny long-K shapes); "
-                            "partial sums meet in the\n//     workspace and are reduced in a fixed order "
-                            "(deterministic)."),
+                            f"partial sums meet in the\n//     workspace and are {reduced}"),
         Epilogue.TMA: "Epilogue: accumulators -> half -> swizzled shared memory -> TMA store (clipped at M, N). "
                       "C (beta * C) is void: never read.",
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
@@ -278,6 +304,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
         "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
         "splits": str(cfg.splits), "split_k": split_k,
+        "reduction_note": ", atomic (nondeterministic) reduction" if atomic else "",
     }
 
 
@@ -289,7 +316,7 @@ _HEADER = string.Template(r"""// $name
 // Config
 //   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
 //   kernel schedule    = $schedule ($kernel)
-//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle, split-K $splits
+//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle, split-K $splits$reduction_note
 //   epilogue           = $epilogue_name ($epilogue)
 //   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
 //

@@ -14,11 +14,12 @@ from dataclasses import replace
 
 import pytest
 
-from cudal2.kernels.family import BadConfig, config_name
+from cudal2.kernels.family import BadConfig, config_name, config_params
 from cudal2.kernels.sm90 import (
     FAMILY,
     SMEM_CAPACITY,
     Epilogue,
+    Reduction,
     Schedule,
     Scheduler,
     Sm90Config,
@@ -32,6 +33,7 @@ from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
 from cudal2.sandbox.runner import RunLimits
 from cudal2.sandbox.static_check import check_source
 from cudal2.sandbox.types import Acc, Status, Task
+from cudal2.tune_search import estimate_us
 
 ARCH = "sm_90a"
 DEFAULT = FAMILY.default()
@@ -113,6 +115,7 @@ def test_config_names_are_distinct_and_stable():
         (cfg(bm=256, bn=256, bk=128, acc=Acc.FP16), "only 1 stage(s)"),
         (cfg(bn=128, stages=8), "bytes of shared memory"),
         (cfg(splits=4), "runs in CUTLASS's stream-K scheduler"),
+        (cfg(reduction=Reduction.ATOMIC), "only the stream-K scheduler"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -139,7 +142,7 @@ def test_prune_is_consistent_with_the_models_over_the_whole_space():
     total = 1
     for values in FAMILY.space().values():
         total *= len(values)
-    assert 0.1 * total < kept < total  # the space is mostly usable but prune does cut
+    assert 0.05 * total < kept < 0.5 * total  # 9%: split-K, stream-K and the atomic reduction need each other
 
 
 def test_fp16_accumulators_take_half_the_registers():
@@ -190,7 +193,31 @@ def test_render_maps_every_choice_into_the_source():
     assert "DecompositionMode" not in src + FAMILY.render(cfg(scheduler=Scheduler.STREAMK))
     split = FAMILY.render(cfg(scheduler=Scheduler.STREAMK, splits=8))
     assert "args.scheduler.splits = 8;" in split and "DecompositionMode::SplitK" in split
-    assert check_source(src) == [] and check_source(split) == []
+    assert "ReductionMode" not in split and "reduction" not in config_name(FAMILY, cfg(splits=8))
+    atomic = FAMILY.render(cfg(scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC))
+    assert "ReductionMode::Nondeterministic;" in atomic and "atomic (nondeterministic) reduction" in atomic
+    assert check_source(src) == [] and check_source(split) == [] and check_source(atomic) == []
+
+
+def test_the_ordered_reduction_adds_nothing_to_older_configs():
+    """`reduction` came after configs were stored: at its default (ordered) the name and source are those of the
+    config without it, and a stored parameter set that lacks it builds the same config."""
+    params = {k: v for k, v in config_params(cfg(scheduler=Scheduler.STREAMK, splits=4)).items() if k != "reduction"}
+    old = FAMILY.make(params)
+    assert old.reduction is Reduction.ORDERED and old == cfg(scheduler=Scheduler.STREAMK, splits=4)
+    assert "reduction" not in FAMILY.render(old).splitlines()[0]
+    atomic = replace(old, reduction=Reduction.ATOMIC)
+    assert config_name(FAMILY, atomic) == config_name(FAMILY, old) + "-reductionatomic"
+
+
+def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
+    ordered = FAMILY.tiling(cfg(bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16))
+    atomic = FAMILY.tiling(cfg(bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16,
+                               reduction=Reduction.ATOMIC))
+    assert ordered.serial_reduce and not atomic.serial_reduce
+    task = Task(256, 1024, 16384, Acc.FP32)
+    assert estimate_us(atomic, task, 132) < estimate_us(ordered, task, 132)
+    assert not FAMILY.tiling(DEFAULT).serial_reduce  # persistent: no partials at all
 
 
 def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
@@ -209,6 +236,7 @@ COMPILE_SAMPLE = [
     cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM,
         acc=Acc.FP16, splits=4),
     cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2),
+    cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC),
 ]
 
 
@@ -265,6 +293,8 @@ GPU_SAMPLE = [
         swizzle=2),
     cfg(bm=256, bn=128, cluster_m=2, cluster_n=1, epilogue=Epilogue.NOSMEM, acc=Acc.FP16),
     cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16),
+    cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC),
+    cfg(bm=128, bn=128, cluster_n=1, scheduler=Scheduler.STREAMK, reduction=Reduction.ATOMIC),  # stream-K
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72)]  # the last one: N % 8 != 0, the no-smem epilogue only
