@@ -27,9 +27,7 @@ from cudal2.tune_log import TuneLog
 from cudal2.tune_search import ELITE, Candidate, TransferSearch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wave_model_check import NEAR_BEST, open_db  # noqa: E402  (a sibling script)
-
-ROOT = Path(__file__).resolve().parent.parent
+from wave_model_check import NEAR_BEST, open_db, store_arguments  # noqa: E402  (a sibling script)
 
 
 def load(db: Path, gpu: str | None) -> dict[Task, dict[str, tuple[Candidate, float]]]:
@@ -68,9 +66,7 @@ def check(measured: dict[Task, dict[str, tuple[Candidate, float]]], shapes: list
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", default=str(ROOT / "benchmarks/stores/h200_grid.sqlite.gz"))
-    ap.add_argument("--shapes", default=str(ROOT / "data/grid.csv"))
-    ap.add_argument("--gpu", default="h200")
+    store_arguments(ap)
     ap.add_argument("--settings", default="2x2,3x2,4x1,6x1,8x1", help="neighbours x configs each, comma-separated")
     args = ap.parse_args(argv)
     try:
@@ -83,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         with tempfile.TemporaryDirectory() as tmp:
-            measured = load(open_db(Path(args.db), Path(tmp)), args.gpu)
+            measured = load(open_db(Path(args.db), Path(tmp), args.until), args.gpu)
     except (tune.TuneInputError, GpuLabelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 result store.
 
     python3 benchmarks/wave_model_check.py [--db benchmarks/stores/h200_grid.sqlite.gz] [--shapes data/grid.csv]
-                                           [--gpu h200] [--sms 132] [--search]
+                                           [--gpu h200] [--sms 132] [--search] [--until UNIX_SECONDS]
 
 For every shape of the set and every family with decomposition parameters, the configs of that family measured on
 the shape (offline, ok) are ranked by the model's estimate of their tiling and by their measured median. Printed:
@@ -22,8 +22,10 @@ import gzip
 import itertools
 import math
 import shutil
+import sqlite3
 import sys
 import tempfile
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,27 +94,41 @@ def _spearman(a: list[float], b: list[float]) -> float:
     return 1 - 6 * d2 / (n * (n * n - 1))
 
 
-def open_db(path: Path, tmp: Path) -> Path:
-    if path.suffix != ".gz":
+def open_db(path: Path, tmp: Path, until: float | None = None) -> Path:
+    """A store to read: `path` itself, or a copy in `tmp` (unzipped when gzipped) that keeps only the results measured
+    up to `until` (Unix seconds). Why a cut-off: fill measures the configs the model ranks first, so results measured
+    after a fill are chosen by the model under test and flatter any later score; a claim about the model names the
+    store as it was when the claim was made."""
+    if path.suffix != ".gz" and until is None:
         return path
-    out = tmp / path.stem
-    with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+    out = tmp / (path.stem if path.suffix == ".gz" else path.name)
+    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
+    if until is not None:
+        with closing(sqlite3.connect(out)) as conn, conn:  # closed, and committed first
+            conn.execute("DELETE FROM results WHERE created > ?", (until,))
     return out
+
+
+def store_arguments(ap: argparse.ArgumentParser) -> None:
+    """The arguments that pick the measurements (shared with transfer_check.py)."""
+    ap.add_argument("--db", default=str(ROOT / "benchmarks/stores/h200_grid.sqlite.gz"))
+    ap.add_argument("--shapes", default=str(ROOT / "data/grid.csv"))
+    ap.add_argument("--gpu", default="h200")
+    ap.add_argument("--until", type=float, default=None,
+                    help="only results measured up to this time (Unix seconds): the store as it was then")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", default=str(ROOT / "benchmarks/stores/h200_grid.sqlite.gz"))
-    ap.add_argument("--shapes", default=str(ROOT / "data/grid.csv"))
-    ap.add_argument("--gpu", default="h200")
+    store_arguments(ap)
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--search", action="store_true", help="also try a grid of the model's constants")
     args = ap.parse_args(argv)
     try:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         with tempfile.TemporaryDirectory() as tmp:
-            groups = load_groups(open_db(Path(args.db), Path(tmp)), shapes, args.gpu)
+            groups = load_groups(open_db(Path(args.db), Path(tmp), args.until), shapes, args.gpu)
     except (tune.TuneInputError, GpuLabelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -479,12 +479,18 @@ def _benchmark(name: str):
 COMMITTED_STORE = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
 
 
+# The last result of the store as the fourth session committed it (2026-11-29 17:21 UTC), before fill ran with the
+# fitted constants: later results were measured because the model ranked them first, which says nothing about it.
+FITTED_ON_STORE_UNTIL = 1795972871.0
+
+
 def test_wave_model_ranks_the_committed_h200_store_better_than_chance(tmp_path):
-    """benchmarks/wave_model_check.py on the held-out split of the committed grid store: the measured best of a
-    (shape, family) is among the model's first 3 picks more often than among 3 random ones."""
+    """benchmarks/wave_model_check.py on the held-out split of the committed grid store as it was when the model's
+    constants were fitted: the measured best of a (shape, family) is among the model's first 3 picks more often than
+    among 3 random ones."""
     check = _benchmark("wave_model_check")
-    groups = check.load_groups(check.open_db(COMMITTED_STORE, tmp_path), tune.load_tasks(f"{GRID}:heldout", [], "fp32"),
-                               "h200")
+    db = check.open_db(COMMITTED_STORE, tmp_path, until=FITTED_ON_STORE_UNTIL)
+    groups = check.load_groups(db, tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200")
     s = check.score(groups, 132)
     assert s["groups"] > 100 and s["top3"] > s["random_top3"] + 0.1 and s["spearman"] > 0.1
 
