@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: more train.py arguments for every run")
     ab.set_defaults(func=cmd_ablate)
     _add_report_parser(sub)
+    _add_carry_parser(sub)
     _add_export_parser(sub)
     _add_tune_parser(sub)
     _add_remeasure_parser(sub)
@@ -193,6 +194,28 @@ def cmd_export(args) -> int:
         print(f"library written: {export.write_library(Path(args.out), plan)}")
     except export.ExportError as e:
         raise UsageError(str(e)) from None
+    return EXIT_OK
+
+
+def _add_carry_parser(sub) -> None:
+    from cudal2.sandbox.types import FAMILY_RESULTS_CARRY
+
+    ca = sub.add_parser("carry", help="keep a store's results of kernel-family sources across an evaluator version "
+                                      "that cannot change them")
+    ca.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    ca.add_argument("--from", dest="from_version", default=None, choices=list(FAMILY_RESULTS_CARRY),
+                    help="the older evaluator version whose results to carry (default: the only one listed)")
+    ca.set_defaults(func=cmd_carry)
+
+
+def cmd_carry(args) -> int:
+    from cudal2 import carry
+
+    try:
+        summary = carry.run(Path(args.db) if args.db else default_db_path(), args.from_version)
+    except (carry.CarryError, StoreError) as e:
+        raise UsageError(str(e)) from None
+    print(summary.render())
     return EXIT_OK
 
 

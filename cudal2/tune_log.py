@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,24 @@ class TuneLog:
             (source_hash, arch, EVALUATOR_VERSION),
         ).fetchone()
         return CompileRecord(Status(row[0]), row[1], row[2], row[3], row[4]) if row else None
+
+    def carry_compiles(self, from_version: str, to_version: str, source_hashes: Iterable[str]) -> int:
+        """Copy the compile records of these sources from `from_version` to `to_version` where it has none (see
+        ResultStore.carry_forward); returns the records copied."""
+        copied = 0
+        for h in source_hashes:
+            copied += self._conn.execute(
+                "INSERT OR IGNORE INTO tune_compiles (source_hash, arch, evaluator_version, status, reason, registers,"
+                " spill_bytes, seconds, created) SELECT source_hash, arch, ?, status, reason, registers, spill_bytes,"
+                " seconds, created FROM tune_compiles WHERE source_hash = ? AND evaluator_version = ?",
+                (to_version, h, from_version),
+            ).rowcount
+        return copied
+
+    def family_sources(self) -> list[tuple[str, ConfigRecord]]:
+        """Every recorded config: (source hash, record), in hash order."""
+        rows = self._conn.execute("SELECT source_hash, family, config, params_json FROM tune_configs ORDER BY 1")
+        return [(h, ConfigRecord(family, name, json.loads(params))) for h, family, name, params in rows]
 
     def gpus_with_ok_results(self, task: Task, mode: Mode | str = Mode.OFFLINE) -> list[str]:
         """GPU labels that have an ok result on `task` (any source) under the current evaluator version."""

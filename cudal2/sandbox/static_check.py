@@ -5,9 +5,9 @@ Two layers, both cheap and both run before any candidate code executes:
 1. `check_source` scans the CUDA C++ text, with comments and string/char literals blanked out (line numbers
    kept, backslash-newline splices undone), for calls, includes and definitions the contract forbids: vendor
    GEMM libraries, dynamic loading, host threads, processes, file and network I/O, environment and /proc
-   reading, host timers, private streams, allocation, synchronisation, graphs, persisting-L2 windows, driver
-   entry points, exit/abort, raw syscalls and definitions that could interpose CUDA or libc functions. Its
-   value is early, line-numbered feedback for the policy; it is easy to evade (token pasting, macros, string
+   reading, host timers, private streams, allocation, synchronisation, graphs, persisting-L2 windows,
+   programmatic dependent launch, driver entry points, exit/abort, raw syscalls and definitions that could
+   interpose CUDA or libc functions. Its value is early, line-numbered feedback for the policy; it is easy to evade (token pasting, macros, string
    concatenation, function pointers), so it is never the last word.
 2. `check_library` inspects the shared library nvcc built from the source. Every undefined dynamic symbol must
    be on an allowlist (default deny), so whatever spelling the source used, a call into a forbidden function
@@ -380,6 +380,22 @@ SOURCE_RULES: tuple[Rule, ...] = (
             )
         ),
         "A persisting-L2 window keeps inputs resident across calls, which fakes speed the real workload would not see.",
+    ),
+    Rule(
+        "programmatic_launch",
+        _rx(_words(r"cudaLaunchAttributeProgrammatic\w*", r"programmaticStreamSerialization\w*",
+                   r"cudaLaunchAttributeLaunchCompletionEvent", r"cudaGridDependencySynchronize",
+                   r"cudaTriggerProgrammaticLaunchCompletion", r"launch_with_pdl", r"CUTLASS_ENABLE_GDC_FOR_SM90")),
+        "Programmatic dependent launch (PDL) lets a kernel start before the kernel before it on the stream has"
+        " finished: back-to-back timed calls would overlap one another, a gain no single call has. Launch without"
+        " the PDL attribute (the harness also rejects programmatic edges in the captured graph).",
+    ),
+    Rule(
+        "programmatic_launch",
+        _rx(_words(r"griddepcontrol")),
+        "griddepcontrol.launch_dependents / .wait are the device side of programmatic dependent launch, which"
+        " overlaps back-to-back timed calls.",
+        scope="asm",
     ),
     Rule(
         "driver_entry_point",

@@ -21,7 +21,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -283,6 +283,29 @@ class ResultStore:
             " AND gpu = ? AND evaluator_version = ? AND mode = ? ORDER BY id DESC LIMIT 1",
             (source_hash, task.m, task.n, task.k, task.acc.value, gpu, evaluator_version, _mode_value(mode)),
         ).fetchone()
+
+    def carry_forward(self, from_version: str, to_version: str, source_hashes: Iterable[str]) -> int:
+        """Copy the newest result of every (source, shape, gpu, mode) key of `from_version` to `to_version`, for the
+        given sources, where `to_version` has no result for that key yet; returns the rows copied. Each copy keeps
+        its original `created` time. The caller vouches that the versions agree on these sources."""
+        kept = ("source_hash", "m", "n", "k", "acc", "gpu", "mode", "status", "reason", "max_rel_err",
+                "cand_median_us", *SPEEDUP_COLUMNS.values(), "result_json", "created")
+        same_key = " AND ".join(f"o.{col} = r.{col}" for col in kept[:7])
+        with self._tx() as c:
+            c.execute("CREATE TEMP TABLE IF NOT EXISTS carry_sources (source_hash TEXT PRIMARY KEY)")
+            c.execute("DELETE FROM carry_sources")
+            c.executemany("INSERT OR IGNORE INTO carry_sources VALUES (?)", ((h,) for h in source_hashes))
+            cur = c.execute(
+                f"INSERT INTO results (evaluator_version, {', '.join(kept)})"
+                f" SELECT ?, {', '.join(f'r.{col}' for col in kept)} FROM results r"
+                " WHERE r.evaluator_version = ? AND r.source_hash IN (SELECT source_hash FROM carry_sources)"
+                f" AND r.id = (SELECT MAX(o.id) FROM results o WHERE {same_key} AND o.evaluator_version = ?)"
+                f" AND NOT EXISTS (SELECT 1 FROM results o WHERE {same_key} AND o.evaluator_version = ?)"
+                " ORDER BY r.id",
+                (to_version, from_version, from_version, to_version),
+            )
+            c.execute("DROP TABLE carry_sources")
+        return cur.rowcount
 
     def best(
         self,

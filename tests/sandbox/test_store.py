@@ -322,3 +322,34 @@ def test_ok_shapes_gpus_and_measured_at(store: ResultStore) -> None:
     created = store._conn.execute("SELECT MAX(created) FROM results WHERE m = 128").fetchone()[0]
     assert store.measured_at("a", t, GPU, "offline") == created  # the newest row's time
     assert store.measured_at("a", t, GPU, "server") is None and store.measured_at("b", t, GPU, "offline") is None
+
+
+# -- carrying results to a new evaluator version ----------------------------------------------------------------
+
+
+def test_carry_forward_copies_the_newest_result_per_key_of_the_given_sources_once(store: ResultStore) -> None:
+    t1, t2 = Task(64, 64, 64, Acc.FP32), Task(128, 64, 64, Acc.FP32)
+    store.put_result("aa", GPU, Mode.OFFLINE, ok_result(t1, 9.0), evaluator_version="0.1.0")
+    store.put_result("aa", GPU, Mode.OFFLINE, ok_result(t1, 5.0), evaluator_version="0.1.0")  # newest wins
+    store.put_result("aa", GPU, Mode.SERVER, ok_result(t1, 7.0), evaluator_version="0.1.0")
+    store.put_result("aa", GPU, Mode.OFFLINE, failed_result(t2), evaluator_version="0.1.0")
+    store.put_result("bb", GPU, Mode.OFFLINE, ok_result(t1, 1.0), evaluator_version="0.1.0")  # not named: stays
+    store.put_result("cc", GPU, Mode.OFFLINE, ok_result(t1, 4.0), evaluator_version="0.1.0")
+    store.put_result("cc", GPU, Mode.OFFLINE, ok_result(t1, 3.0), evaluator_version="0.2.0")  # already measured
+    created = store._conn.execute("SELECT created FROM results WHERE source_hash = 'aa' AND cand_median_us = 5.0"
+                                  " AND mode = 'offline'").fetchone()[0]
+
+    assert store.carry_forward("0.1.0", "0.2.0", ["aa", "cc"]) == 3
+    assert store.carry_forward("0.1.0", "0.2.0", ["aa", "cc"]) == 0  # nothing new the second time
+
+    def now(h: str, task: Task, mode: Mode) -> ShapeResult | None:
+        return store.get_result(h, task, GPU, mode, evaluator_version="0.2.0")
+
+    assert now("aa", t1, Mode.OFFLINE).timings["candidate"].median_us == 5.0
+    assert now("aa", t1, Mode.SERVER).timings["candidate"].median_us == 7.0
+    assert now("aa", t2, Mode.OFFLINE).status is Status.WRONG_ANSWER
+    assert now("bb", t1, Mode.OFFLINE) is None
+    assert now("cc", t1, Mode.OFFLINE).timings["candidate"].median_us == 3.0  # its own measurement kept
+    assert store._conn.execute("SELECT created FROM results WHERE source_hash = 'aa' AND evaluator_version = '0.2.0'"
+                               " AND mode = 'offline' AND cand_median_us = 5.0").fetchone()[0] == created
+    assert store.get_result("aa", t1, GPU, Mode.OFFLINE, evaluator_version="0.1.0").timings["candidate"].median_us == 5.0

@@ -14,6 +14,8 @@
 //      device must go idle as soon as the stream does.
 //   2. timing with CUDA events: offline = CUDA-graph replay of R calls over R rotating input sets
 //      (plain stream calls when the candidate cannot be captured), server = L2 flush + Poisson arrivals.
+//      A captured candidate whose graph has programmatic (PDL) edges is rejected: its back-to-back timed calls
+//      could overlap one another, which no single call does.
 //      wallclock = CUDA-L2's method, for comparison with its tables only: the host clock around one plain call
 //      and a stream synchronisation, the same input set every call (warm L2), launch overhead included.
 //      Baselines in the same process on the same inputs, interleaved in random order: cuBLAS
@@ -718,9 +720,27 @@ static bool issue_all(Timed& t, int R) {
   return true;
 }
 
+// Edges of `g` that let the downstream node start before the upstream one has finished: programmatic dependent
+// launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization, or waiting on a launch-completion
+// or programmatic port). -1 when the edges cannot be read.
+static long programmatic_edges(cudaGraph_t g) {
+  size_t n = 0;
+  if (cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n) != cudaSuccess) return cudaGetLastError(), -1;
+  if (n == 0) return 0;
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n) != cudaSuccess) return cudaGetLastError(), -1;
+  long found = 0;
+  for (const cudaGraphEdgeData& d : data)
+    found += d.type != cudaGraphDependencyTypeDefault || d.from_port != cudaGraphKernelNodePortDefault;
+  return found;
+}
+
 // Capture R calls into a graph. Returns "" on success, else why not (the candidate then runs uncaptured).
-static std::string capture(Ctx& c, Timed& t, int R, bool& empty) {
+// `programmatic`: the captured graph's programmatic edges (programmatic_edges), 0 when nothing was captured.
+static std::string capture(Ctx& c, Timed& t, int R, bool& empty, long& programmatic) {
   empty = false;
+  programmatic = 0;
   cudaGraph_t g = nullptr;
   if (cudaStreamBeginCapture(c.s, cudaStreamCaptureModeGlobal) != cudaSuccess) {
     cudaGetLastError();
@@ -740,6 +760,7 @@ static std::string capture(Ctx& c, Timed& t, int R, bool& empty) {
     cudaGraphDestroy(g);
     return "graph is empty";
   }
+  programmatic = programmatic_edges(g);
   cudaError_t ie = cudaGraphInstantiate(&t.exec, g, 0);
   cudaGraphDestroy(g);
   if (ie != cudaSuccess) {
@@ -884,11 +905,23 @@ static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
   if (c.spec.mode == "offline") {  // server and wallclock time plain stream calls
     for (Timed& x : ts) {
       bool empty = false;
-      std::string why = capture(c, x, R, empty);
+      long programmatic = 0;
+      std::string why = capture(c, x, R, empty, programmatic);
       if (c.cand && &x == &ts[0]) {
         if (empty && c.spec.checks) {
           ok = out.fail("rejected_behaviour", "enqueued no GPU work while its stream was being captured into a CUDA "
                                               "graph (detects capture and behaves differently)");
+          break;
+        }
+        if (programmatic != 0 && c.spec.checks) {
+          ok = out.fail("rejected_behaviour",
+                        programmatic < 0
+                            ? std::string("the edges of its captured CUDA graph could not be read, so programmatic "
+                                          "dependent launch cannot be ruled out")
+                            : fmt("launches with programmatic dependent launch (PDL): %ld programmatic edge(s) in the "
+                                  "graph of its %d timed calls, so a call could start before the one before it ends "
+                                  "and back-to-back calls overlap; launch every kernel without the PDL attribute",
+                                  programmatic, R));
           break;
         }
         out.graph = why.empty();
