@@ -49,7 +49,7 @@ from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
 from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
-from cudal2.tune_search import ELITE, Candidate, Proposal, Strategy, make_strategy
+from cudal2.tune_search import Candidate, Proposal, Strategy, make_strategy
 
 # sm90 first: on an H200 it is the family that can beat cuBLAS on large shapes; prune() drops it on other archs.
 FAMILIES: tuple[KernelFamily, ...] = (Sm90Family(), Sm80Family(), SmallFamily())
@@ -268,7 +268,7 @@ class Tuner:
         fed = 0
         for task in shapes:
             for cand, median_us in stored_candidates(self.store, self.log, task, self.gpu.label, self.families,
-                                                     ELITE):
+                                                     self.strategy.warm_configs):
                 self.strategy.observe(cand, task, median_us)
                 self.best_us[task] = min(self.best_us.get(task, median_us), median_us)
                 fed += 1

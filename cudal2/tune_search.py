@@ -52,6 +52,10 @@ MAX_NEIGHBOURS_SCANNED = 12  # transfer: nearest shapes looked at for configs th
 FILL_PARENTS = 3  # fill: per family, the configs fastest on the most stored shapes, whose cuts it varies
 FILL_PER_SHAPE = 3  # fill: per family and target shape, the unmeasured cuts with the lowest estimate proposed
 FILL_MAX_EST_LOSS = 1.0  # fill: no cut estimated slower than this times the shape's best stored cut of the family
+# fill: a family is re-cut for a shape when its fastest stored config there is within this factor of the shape's
+# fastest. On 256x512x16384 the best sm80 split-K (19.1 us) beat every sm90 config, but an sm90 atomic split-K that
+# left half the SMs idle came within 1.15x: the family's better cuts deserve a measurement.
+FILL_FAMILY_GAP = 1.25
 
 
 class Strategy(str, Enum):
@@ -87,6 +91,9 @@ class Proposal:
 
 class RandomSearch:
     """Uniform sampling after the families' defaults."""
+
+    # How many of each stored shape's fastest configs the tuner's warm start passes to observe().
+    warm_configs = ELITE
 
     def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random):
         self.families = families
@@ -213,10 +220,20 @@ class TransferSearch(PlannedSearch):
 class FillSearch(PlannedSearch):
     """Re-cut the store's winners to fill the GPU (see the module docstring)."""
 
+    warm_configs = 1_000_000  # every stored config: a family's fastest on a shape may lie far below the elite
+
     def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...],
                  arch: str, sms: int):
         super().__init__(families, rng, targets)
         self.arch, self.sms = arch, sms
+        # (shape, family name) -> the family's configs measured there, fastest first: (median us, candidate).
+        self._measured: dict[tuple[Task, str], list[tuple[float, Candidate]]] = {}
+
+    def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
+        super().observe(candidate, task, median_us)
+        key = (task, candidate.family.name)
+        mine = [e for e in self._measured.get(key, []) if e[1].name != candidate.name] + [(median_us, candidate)]
+        self._measured[key] = sorted(mine, key=lambda e: (e[0], e[1].name))
 
     def _pick(self, picks: _Picks) -> None:
         for family in self.families:
@@ -225,18 +242,18 @@ class FillSearch(PlannedSearch):
             # (cut, config) of every variant, the parents' in their order: computed once for all targets.
             variants = [(family.tiling(v.cfg), v) for parent in self._parents(family) for v in self._variants(parent)]
             for target in self.targets:
-                elite = [c for _, c in self.elites.get(target, [])]
-                own = [c for c in elite if c.family is family]
-                if elite and not own:
-                    continue  # the family is not among the shape's fastest: its cuts are unlikely to win either
-                for rank, cand in enumerate(self._cuts(family, variants, target, own)):
+                elite = self.elites.get(target, [])
+                own = self._measured.get((target, family.name), [])
+                if elite and not (own and own[0][0] <= elite[0][0] * FILL_FAMILY_GAP):
+                    continue  # the family is far behind on this shape: its cuts are unlikely to win either
+                for rank, cand in enumerate(self._cuts(family, variants, target, [c for _, c in own])):
                     picks.add(cand, rank, target)
 
     def _cuts(self, family: KernelFamily, variants: list[tuple[Tiling, Candidate]], target: Task,
               own: list[Candidate]) -> list[Candidate]:
         """The FILL_PER_SHAPE distinct cuts for `target` with the lowest estimates, none measured on it (`own`: the
-        family's configs in its stored elite, fastest first) and none estimated more than FILL_MAX_EST_LOSS slower
-        than the cut of its fastest stored config of this family."""
+        family's configs measured there, fastest first) and none estimated more than FILL_MAX_EST_LOSS slower than
+        the cut of its fastest stored config of this family."""
         by_tiling: dict[Tiling, Candidate] = {}  # one config per cut: the first parent's that takes the shape
         for tiling, v in variants:
             if tiling not in by_tiling and family.supports(v.cfg, target) is None:

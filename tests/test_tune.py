@@ -27,6 +27,7 @@ from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import (
     ELITE,
+    FILL_FAMILY_GAP,
     FILL_MAX_EST_LOSS,
     FILL_PARENTS,
     FILL_PER_SHAPE,
@@ -239,6 +240,22 @@ def test_fill_leaves_a_shape_to_the_families_among_its_fastest():
     plan = _fill_plan(search)
     assert plan and {p.candidate.family for p in plan} == {SM80}
     assert {p.candidate.cfg.split_k for p in plan} <= set(SM80.space()["split_k"]) - {SM80.default().split_k}
+
+
+@pytest.mark.parametrize("sm90_us, recut", [(6.0, True), (7.0, False)])
+def test_fill_recuts_a_family_outside_the_elite_while_it_is_close(sm90_us, recut):
+    """Five sm80 configs fill the shape's elite (5.0-5.4 us); an sm90 config 1.2x behind still gets its family
+    re-cut there (FILL_FAMILY_GAP = 1.25), one 1.4x behind does not."""
+    target = Task(256, 512, 16384)
+    search = FillSearch((SM80, SM90), random.Random(0), (target,), "sm_90a", 132)
+    for i, split_k in enumerate((1, 2, 4, 8, 16)):
+        search.observe(Candidate(SM80, replace(SM80.default(), split_k=split_k)), target, 5.0 + 0.1 * i)
+    stored = _sm90(scheduler="streamk", splits=8, reduction="atomic", bn=128)
+    search.observe(stored, target, sm90_us)
+    assert all(c.family is SM80 for _, c in search.elites[target])  # sm90 is not among the fastest
+    sm90_picks = [p for p in _fill_plan(search) if p.candidate.family is SM90]
+    assert bool(sm90_picks) is recut and FILL_FAMILY_GAP == 1.25
+    assert stored.name not in {p.candidate.name for p in sm90_picks}  # measured already
 
 
 def test_fill_without_stored_winners_recuts_the_defaults():
