@@ -14,7 +14,8 @@
     fill          no search either: re-cuts the store's winners to fill the GPU. Per family (those with
                   `decomposition` parameters), the FILL_PARENTS configs fastest on the most stored shapes are varied
                   in those parameters only (tile, K splits, scheduler: the same kernel body cut differently); each
-                  target shape (where the family is among its ELITE stored fastest, or that has none) gets the
+                  target shape (where the family's fastest stored config is within FILL_FAMILY_GAP of the shape's
+                  fastest, or that has none measured) gets the
                   FILL_PER_SHAPE cuts it has not measured with the lowest wave-model estimate
                   (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic), none
                   estimated slower than the cut of its fastest stored config of the family (FILL_MAX_EST_LOSS). It
