@@ -15,7 +15,8 @@
 //   2. timing with CUDA events: offline = CUDA-graph replay of R calls over R rotating input sets
 //      (plain stream calls when the candidate cannot be captured), server = L2 flush + Poisson arrivals.
 //      A captured candidate whose graph has programmatic (PDL) edges is rejected: its back-to-back timed calls
-//      could overlap one another, which no single call does.
+//      could overlap one another, which no single call does. Not covered: a candidate that refuses capture runs
+//      as plain calls, where a PDL launch spelled past the static rule (programmatic_launch) goes unseen.
 //      wallclock = CUDA-L2's method, for comparison with its tables only: the host clock around one plain call
 //      and a stream synchronisation, the same input set every call (warm L2), launch overhead included.
 //      Baselines in the same process on the same inputs, interleaved in random order: cuBLAS
