@@ -109,13 +109,20 @@ class TuneLog:
         """Copy the compile records of these sources from `from_version` to `to_version` where it has none (see
         ResultStore.carry_forward); returns the records copied."""
         copied = 0
-        for h in source_hashes:
-            copied += self._conn.execute(
-                "INSERT OR IGNORE INTO tune_compiles (source_hash, arch, evaluator_version, status, reason, registers,"
-                " spill_bytes, seconds, created) SELECT source_hash, arch, ?, status, reason, registers, spill_bytes,"
-                " seconds, created FROM tune_compiles WHERE source_hash = ? AND evaluator_version = ?",
-                (to_version, h, from_version),
-            ).rowcount
+        self._conn.execute("BEGIN IMMEDIATE")  # all or nothing
+        try:
+            for h in source_hashes:
+                copied += self._conn.execute(
+                    "INSERT OR IGNORE INTO tune_compiles (source_hash, arch, evaluator_version, status, reason,"
+                    " registers, spill_bytes, seconds, created) SELECT source_hash, arch, ?, status, reason,"
+                    " registers, spill_bytes, seconds, created FROM tune_compiles"
+                    " WHERE source_hash = ? AND evaluator_version = ?",
+                    (to_version, h, from_version),
+                ).rowcount
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
         return copied
 
     def family_sources(self) -> list[tuple[str, ConfigRecord]]:

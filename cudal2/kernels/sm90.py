@@ -66,12 +66,13 @@ class Scheduler(str, Enum):
 
 
 class Reduction(str, Enum):
-    """How the stream-K scheduler sums the fp32 partials of one output tile in the workspace (CUTLASS ReductionMode).
+    """How the stream-K scheduler sums the partials (accumulator type) of one output tile in the workspace (CUTLASS
+    ReductionMode).
 
     ordered: each K range waits for the one before it and adds its partial in turn (Deterministic: bitwise
              reproducible, but a tile's `splits` ranges finish one after another).
-    atomic:  after the first range has stored its partial, the middle ranges add theirs with fp32 atomics at the same
-             time, and the last one waits for all (Nondeterministic: the order of the fp32 sums varies per call).
+    atomic:  after the first range has stored its partial, the middle ranges add theirs with atomics at the same
+             time, and the last one waits for all (Nondeterministic: the order of the sums varies per call).
     """
 
     ORDERED = "ordered"
@@ -261,14 +262,15 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     # Split-K through the stream-K scheduler: `splits` K ranges per tile, partials reduced in the workspace in a
     # fixed order (ReductionMode::Deterministic, CUTLASS's default) or with atomics (reduction=atomic). Only the
     # stream-K arguments have these fields. The ordered default adds no line, so older configs render unchanged.
-    split_k = ("" if cfg.splits == 1 else
+    scheduler_args = ("" if cfg.splits == 1 else
                f"\n  args.scheduler.splits = {cfg.splits};  // K ranges per output tile\n"
                "  args.scheduler.decomposition_mode =\n"
                "      cutlass::gemm::kernel::detail::DecompositionMode::SplitK;  // not stream-K's own heuristic")
     atomic = cfg.reduction is Reduction.ATOMIC
     if atomic:
-        split_k += ("\n  args.scheduler.reduction_mode =  // middle K ranges add their partials at the same time\n"
+        scheduler_args += ("\n  args.scheduler.reduction_mode =  // middle K ranges add their partials at the same time\n"
                     "      cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;")
+    # The wording is part of stored sources (their hash): keep it as measured, "fp32" even for fp16 accumulators.
     reduced = ("reduced with fp32 atomics (the first range stores,\n//     the middle ones add at once, the last "
                "waits for all: the summation order varies per call)." if atomic else
                "reduced in a fixed order (deterministic).")
@@ -303,7 +305,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
         "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
-        "splits": str(cfg.splits), "split_k": split_k,
+        "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else "",
     }
 
@@ -409,7 +411,7 @@ static typename Gemm::Arguments make_arguments(const half* A, const half* B, hal
       hw};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  args.scheduler.max_swizzle_size = $swizzle;$split_k
+  args.scheduler.max_swizzle_size = $swizzle;$scheduler_args
   return args;
 }
 
