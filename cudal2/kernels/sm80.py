@@ -50,9 +50,11 @@ REGS_PER_CHUNK = 2
 OVERHEAD_REGS = 40
 # Split-K workspace ceiling (bytes): the split count is lowered until splits * M * N * 4 bytes fit.
 WS_CAP_BYTES = 1 << 30
-# Cluster reduction: CTAs per cluster without the non-portable opt-in (CUDA programming guide, "Thread Block
-# Clusters"), and the fp32 padding of each parked tile row (floats; keeps rows 16-byte aligned, shifts banks).
+# Cluster reduction: CTAs per cluster without the non-portable opt-in, and with it on sm_90 (CUDA programming guide,
+# "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed), and the fp32 padding
+# of each parked tile row (floats; keeps rows 16-byte aligned, shifts banks).
 MAX_PORTABLE_CLUSTER = 8
+MAX_CLUSTER = 16
 RED_PAD = 4
 
 
@@ -163,9 +165,9 @@ class Sm80Family:
                 return f"the cluster reduction needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
             if cfg.split_k == 1:
                 return "the cluster reduction sums split-K partials: split_k=1 has none (use reduce=workspace)"
-            if cfg.split_k > MAX_PORTABLE_CLUSTER:
-                return (f"split_k={cfg.split_k} CTAs per cluster: over the portable cluster size "
-                        f"{MAX_PORTABLE_CLUSTER}, which may not be schedulable")
+            if cfg.split_k > MAX_CLUSTER:
+                return (f"split_k={cfg.split_k} CTAs per cluster: over the {MAX_CLUSTER} that sm_90 schedules "
+                        "(with the non-portable opt-in)")
         if cfg.smem_bytes > block_smem:
             parked = " or the parked fp32 tile" if cfg.reduce is Reduce.CLUSTER else ""
             return (f"shared memory {cfg.smem_bytes} B ({cfg.stages} stages x ({cfg.bm}+{cfg.bn}) x {cfg.bk} halves"
@@ -263,10 +265,21 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         tile = "(size_t)BM * RED_LD * sizeof(float)"  # the parked fp32 tile, over the stages
         values.update(_CLUSTER_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX,
                       smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
+        # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
+        opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
+        values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
     return {**values, "constants": cuda_parts.constants(constant_rows)}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"
+
+# Clusters of 9-16 CTAs (split_k 16): allowed per kernel by an attribute, set once per instantiation. A launch the
+# GPU cannot schedule then fails (cudaLaunchKernelEx's error, returned as 1), never runs with a smaller cluster.
+_NON_PORTABLE_OPT_IN = f"""// Over {MAX_PORTABLE_CLUSTER} CTAs a cluster needs the non-portable opt-in (sm_90: up to {MAX_CLUSTER}).
+    static const bool non_portable = cudaFuncSetAttribute(
+        sm80_hgemm_kernel<kAligned>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if (grid.z > {MAX_PORTABLE_CLUSTER} && !non_portable) return 1;
+    """
 
 # The cluster reduction's code, by template slot (see Reduce.CLUSTER and _split_text).
 _CLUSTER_PARTS = {
@@ -334,7 +347,7 @@ int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int 
     attr[0].val.clusterDim.z = grid.z;
     config.attrs = attr;
     config.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&config, sm80_hgemm_kernel<kAligned>, A, B, C, (float*)nullptr, M, N,
+    ${cluster_opt_in}const cudaError_t err = cudaLaunchKernelEx(&config, sm80_hgemm_kernel<kAligned>, A, B, C, (float*)nullptr, M, N,
                                                K, slices_per_split, vec_store);
     return err == cudaSuccess ? 0 : 1;
 }
@@ -346,6 +359,12 @@ int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int 
 }
 
 
+def _non_portable_text(cfg: Sm80Config) -> str:
+    if cfg.split_k <= MAX_PORTABLE_CLUSTER:
+        return ""
+    return f";\n  over {MAX_PORTABLE_CLUSTER} ranges with the non-portable cluster-size opt-in, up to {MAX_CLUSTER} on sm_90"
+
+
 def _split_text(cfg: Sm80Config) -> str:
     if cfg.split_k == 1:
         return ("Split-K: none (SPLIT_K = 1): one launch, no workspace; the split-K code below stays idle.")
@@ -353,7 +372,7 @@ def _split_text(cfg: Sm80Config) -> str:
         return f"""\
 Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)
   Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges); the ranges of one output
-  tile are launched as one cluster (cudaLaunchKernelEx, cluster dims 1 x 1 x ranges). Each CTA parks its fp32 tile
+  tile are launched as one cluster (cudaLaunchKernelEx, cluster dims 1 x 1 x ranges{_non_portable_text(cfg)}). Each CTA parks its fp32 tile
   in its shared memory; CTA r sums rows r, r + ranges, ... over the cluster's CTAs in rank order (deterministic,
   through distributed shared memory) and writes them to C. No workspace and no second kernel."""
     return f"""\

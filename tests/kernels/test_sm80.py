@@ -23,7 +23,8 @@ def cfg(**changes) -> Sm80Config:
 
 # A representative sample: the seed's shape; the 128x256 big tile (64x64 warp tiles, right under the register
 # limit); split-K with fp16 accumulation, BK 64, 2 blocks per SM; one warp per block with 16 K ranges; split-K summed
-# in a thread-block cluster (sm_90a only) with 4 and with 8 ranges (the shape of the grid's most frequent sm80 winner).
+# in a thread-block cluster (sm_90a only) with 4 and with 8 ranges (the shape of the grid's most frequent sm80 winner),
+# and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384).
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
@@ -31,6 +32,7 @@ SAMPLE = [
     cfg(bm=16, bn=64, warps_m=1, warps_n=1, stages=5, split_k=16, group_m=1),
     cfg(bm=64, bn=64, warps_m=2, warps_n=2, stages=3, split_k=4, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=4, stages=3, split_k=8, min_blocks=2, reduce=Reduce.CLUSTER),
+    cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.CLUSTER),
 ]
 
 
@@ -65,7 +67,7 @@ def test_default_is_the_seed_tiling_and_valid_everywhere():
     (DEFAULT, "sm_75", "no shared-memory model"),
     (cfg(split_k=4, reduce=Reduce.CLUSTER), "sm_80", "needs thread-block clusters"),
     (cfg(reduce=Reduce.CLUSTER), "sm_90a", "split_k=1 has none"),
-    (cfg(split_k=16, reduce=Reduce.CLUSTER), "sm_90a", "over the portable cluster size 8"),
+    (cfg(split_k=32, reduce=Reduce.CLUSTER), "sm_90a", "over the 16 that sm_90 schedules"),
 ])
 def test_invalid_configs_are_pruned_with_the_reason(config, arch, reason):
     why = FAMILY.prune(config, arch)
@@ -101,6 +103,14 @@ def test_cluster_reduction_source_and_the_older_configs_unchanged():
     assert "cluster" not in FAMILY.render(SAMPLE[2]).lower()
     assert config_name(FAMILY, SAMPLE[2]).endswith("accfp16") and config_name(FAMILY, cluster).endswith("reducecluster")
     assert FAMILY.make({k: v for k, v in config_params(SAMPLE[2]).items() if k != "reduce"}) == SAMPLE[2]
+    # Clusters up to the portable 8 CTAs launch as before (their stored sources unchanged); 16 opt in to more.
+    assert "NonPortableClusterSize" not in source
+    assert "cudaFuncAttributeNonPortableClusterSizeAllowed, 1" in FAMILY.render(SAMPLE[6])
+
+
+def test_cluster_over_the_portable_size_is_valid_on_sm90a_only():
+    assert FAMILY.prune(SAMPLE[6], "sm_90a") is None
+    assert "needs thread-block clusters" in FAMILY.prune(SAMPLE[6], "sm_80")
 
 
 def test_sample_compiles_for_sm80_and_sm90a(tmp_path):
