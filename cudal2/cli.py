@@ -75,11 +75,12 @@ def _add_remeasure_parser(sub) -> None:
     from cudal2.remeasure import RemeasureRequest
 
     d = RemeasureRequest(None)
-    rm = sub.add_parser("remeasure", help="time the best verified offline kernels again in server or wallclock mode")
+    rm = sub.add_parser("remeasure", help="time the best verified offline kernels again in server, wallclock or "
+                                          "confirm mode (confirm: offline once more, free of the search's selection)")
     rm.add_argument("--shapes", default=None, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
     rm.add_argument("--mnk", action="append", default=[], help="shape M_N_K (repeatable)")
     rm.add_argument("--mode", required=True, choices=[m.value for m in Mode],
-                    help="server or wallclock (offline results are what is remeasured)")
+                    help="server, wallclock or confirm (offline results are what is remeasured)")
     rm.add_argument("--acc", default=d.acc.value, choices=[a.value for a in Acc], help="accumulation for --mnk shapes")
     rm.add_argument("--top", type=int, default=d.top, help="offline kernels per shape, fastest first")
     rm.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")

@@ -1,5 +1,7 @@
 """`cudal2 remeasure`: time the best verified offline kernels of a shape set again in another mode (server or
-wallclock), so that the leaderboard (`cudal2 report --mode ...`) has those figures too.
+wallclock), so that the leaderboard (`cudal2 report --mode ...`) has those figures too; or in confirm mode (the
+offline method in a new evaluation, stored apart), so that the leaderboard's figure of a shape is not the fastest of
+many noisy measurements (see Mode).
 
     shapes (--shapes PATH[:split] / --mnk) ──► per shape: store.best(offline, this GPU, top N), newest ok results
         ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it
@@ -45,6 +47,7 @@ class RemeasureRequest:
     mnks: tuple[str, ...] = ()  # extra M_N_K shapes, accumulation `acc`
     acc: Acc = Acc.FP32
     mode: Mode = Mode.SERVER  # the mode to measure in; never OFFLINE (that is what is remeasured)
+    # --top N > 1 in confirm mode would pick the fastest of N fresh figures again: the bias it is there to remove.
     top: int = 1  # offline kernels per shape, fastest first
     db_path: str | None = None  # result store; None = default_db_path()
     gpu_index: int = 0
@@ -54,8 +57,11 @@ class RemeasureRequest:
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
-            (self.mode == Mode.OFFLINE, "--mode offline: offline results are what is remeasured; use server/wallclock"),
+            (self.mode == Mode.OFFLINE,
+             "--mode offline: offline results are what is remeasured; use server, wallclock or confirm"),
             (self.top < 1, f"--top {self.top}: must be >= 1"),
+            (self.mode == Mode.CONFIRM and self.top != 1,
+             f"--top {self.top} with --mode confirm: confirm times each shape's one chosen kernel (--top 1)"),
             (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
             (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0")) if bad]
 

@@ -9,7 +9,8 @@
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
-#           grid's) best kernels in server and wallclock mode; reports (offline grid and LLM shapes,
+#           grid's) best kernels in server and wallclock mode, CONFIRM=1 the grid's chosen kernels once more offline (CONFIRM_MINUTES, 6)
+#           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
@@ -142,6 +143,12 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     done
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_offline.md" \
       >/dev/null 2>&1
+  fi
+  if [[ ${CONFIRM:-0} != 0 ]]; then  # each grid shape's chosen kernel timed once more, offline, in a new evaluation
+    python3 -m cudal2.cli remeasure --shapes data/grid.csv --mode confirm --db "$db" --target-ms 20 \
+      --budget-minutes "${CONFIRM_MINUTES:-6}" 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+    python3 -m cudal2.cli report --shapes data/grid.csv --mode confirm --db "$db" \
+      --out /tmp/grid-out/report_grid_confirm.md >/dev/null 2>&1 || echo "report grid confirm: exit $?"
   fi
   for set in data/grid.csv data/llm_shapes.csv; do
     name=$(basename "$set" .csv)

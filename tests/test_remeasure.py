@@ -13,7 +13,7 @@ from cudal2.data import ShapeRow
 from cudal2.kernels.small import SmallFamily
 from cudal2.remeasure import RemeasureError, RemeasureRequest, plan
 from cudal2.report import collect
-from cudal2.sandbox.evaluator import source_hash
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
@@ -137,6 +137,23 @@ def test_run_stores_results_under_the_new_mode_and_a_rerun_measures_nothing(tmp_
     assert (wallclock.measured, wallclock.statuses) == (2, Counter(ok=2))
 
 
+@pytest.mark.nvcc
+def test_confirm_mode_times_the_chosen_kernel_again_and_stores_it_apart(tmp_path, fake_gpu):
+    db, h = _tuned_store(tmp_path)
+    summary = remeasure.run(_request(db, Mode.CONFIRM), out=lambda _: None, runner=SIMULATED)
+    assert (summary.measured, summary.statuses) == (2, Counter(ok=2))
+    rows = [ShapeRow(t.m, t.n, t.k, "fp32", "train", "test") for t in TWO]
+    with ResultStore(db) as s:
+        for t in TWO:  # a fresh figure under confirm; the search's offline figure stays as it was
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.CONFIRM).timings["candidate"].median_us == simulated_us(
+                h, t.mnk)
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.OFFLINE).timings["candidate"].median_us == 3.0
+        assert [e.kernel_hash for e in collect(rows, s, FAKE_GPU.label, Mode.CONFIRM)] == [h, h]
+    # The harness is asked for the offline method: confirm is a label of the stored figures, not a way of timing.
+    spec = Evaluator(EvalOptions(mode=Mode.CONFIRM, compile_only=True))._spec(TWO)
+    assert "mode offline" in spec and not any(line.startswith("mode confirm") for line in spec)
+
+
 def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     db, _ = _tuned_store(tmp_path)
     summary = remeasure.run(_request(db, Mode.SERVER, budget_s=1e-9), out=lambda _: None, runner=SIMULATED)
@@ -147,6 +164,7 @@ def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
 @pytest.mark.parametrize(("kw", "message"), [
     ({"mode": Mode.OFFLINE}, "--mode offline"),
     ({"top": 0}, "--top 0"),
+    ({"mode": Mode.CONFIRM, "top": 2}, "--top 2 with --mode confirm"),
     ({"budget_s": 0}, "must be positive"),
     ({"compile_workers": -1}, "--jobs -1"),
 ])

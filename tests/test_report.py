@@ -82,6 +82,18 @@ def entries(db: Path) -> list[Entry]:
         return collect(ROWS, s, GPU, Mode.OFFLINE)
 
 
+def test_confirm_mode_reports_the_offline_winners_fresh_figure(db):
+    """Confirm: the kernel is the one the offline search chose; its figure the confirm one, never a faster confirm
+    figure of a kernel that no longer wins (that would pick the best of several again)."""
+    with ResultStore(db) as s:
+        s.put_result("fast-small", GPU, "confirm", result(SMALL.task, 1.25, 4.0))  # the winner, 3.2x this time
+        s.put_result("slow-small", GPU, "confirm", result(SMALL.task, 0.5, 4.0))  # faster, but not the chosen one
+        s.put_result("mid", GPU, "confirm", failed_result(MID.task))  # a confirm run that failed: no figure
+        got = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM)}
+    assert got[SMALL.task].kernel_hash == "fast-small" and got[SMALL.task].speedups["cublas"] == pytest.approx(3.2)
+    assert got[MID.task].result is None and got[LARGE.task].result is None  # none confirmed: missing, not scored
+
+
 # -- maths -----------------------------------------------------------------------------------------------------------
 
 
@@ -181,6 +193,7 @@ def test_target_caveat():
     assert target_caveat(grid, Mode.OFFLINE) == ""
     assert "not the full 1000-shape grid" in target_caveat(grid[:10], Mode.OFFLINE)
     assert "offline" in target_caveat(grid, Mode.SERVER)
+    assert target_caveat(grid, Mode.CONFIRM) == ""  # the offline method, timed again: the targets apply
     assert "fp32" in target_caveat([Task(t.m, t.n, t.k, Acc.FP16) for t in grid], Mode.OFFLINE)
 
 
@@ -229,6 +242,10 @@ def test_markdown(entries, db):
     assert f"`fixture.csv` · {GPU} · offline · fp32" in text
     assert "**Coverage: 4/5 shapes have a verified result, 1 missing**" in text
     assert "torch.matmul makes (there is no separate torch timing)" in text
+    assert "leans optimistic" in text and "Confirm mode" not in text  # the best of many figures, and it says so
+    confirm = render(ReportScope("fixture.csv", GPU, Mode.CONFIRM, db), entries)
+    assert "Confirm mode: each shape's fastest offline kernel timed once more" in confirm
+    assert "leans optimistic" not in confirm
     assert "#### Missing shapes (1)\n\n1024_1024_1024\n" in text
     assert "| 1024 | 1024 | 1024 | missing | - | - | - | - | - |" in text
     assert "| 64 | 64 | 64 | `fast-small` tiny_kernel.cu | 1.00 | 4.00 | 4.000x | 2.000x | 2.000x |" in text

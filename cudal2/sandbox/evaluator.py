@@ -181,7 +181,7 @@ class Evaluator:
         o = self.options
         lines = [
             f"seed {int.from_bytes(os.urandom(8), 'little')}",  # secret per run: inputs cannot be predicted
-            f"mode {o.mode.value}", f"checks {int(o.checks)}", f"baselines {int(o.baselines)}",
+            f"mode {o.mode.method.value}", f"checks {int(o.checks)}", f"baselines {int(o.baselines)}",
             f"warmup_ms {o.warmup_ms}", f"target_ms {o.target_ms}", f"min_reps {o.min_reps}",
             f"max_reps {o.max_reps}", f"qps {o.target_qps}", f"tol_fp32 {o.tol_fp32}", f"tol_fp16 {o.tol_fp16}",
         ]
