@@ -71,6 +71,24 @@ def test_bad_kernel_caught_then_next_candidate_ok(evaluator, path):
     assert after.status == Status.OK, f"legit kernel after {path.name}: {after.status.value}: {after.reason}"
 
 
+def test_legit_kernel_ok_while_every_host_core_is_busy(evaluator):
+    """The idle check (no GPU work may run on after the call's stream has finished) reads the host clock. Under a
+    host busy on every core, as when the tuner compiles with one nvcc per core, a preempted harness thread must not
+    read as a candidate leaving work running (it did once, on a CUTLASS kernel, in the sixth session's tuning)."""
+    import subprocess
+    import sys
+
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        res = evaluator.evaluate(LEGIT, [Task(64 * i, 128, 128) for i in range(1, 9)])
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    for s in res.shapes:
+        assert s.status == Status.OK, f"{s.task.mnk}: {s.status.value}: {s.reason}"
+
+
 def test_store_answers_repeat_without_rerun(tmp_path):
     from cudal2.sandbox.store import ResultStore
 
