@@ -13,7 +13,8 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
     split-K      SPLIT_K contiguous K ranges (grid z); fp32 partials in the workspace, then a reduction kernel that
                  sums them in split order (deterministic, no atomics); or, with reduce=cluster (sm_90 only), the
                  ranges of a tile launched as one thread-block cluster that sums them in the same order through
-                 distributed shared memory: no workspace, no second kernel
+                 distributed shared memory: no workspace, no second kernel (up to 16 ranges; over 8 the kernel opts
+                 in to non-portable cluster sizes)
     any shape    the fast path needs K % 8 == 0 and 16-byte aligned A, B; otherwise the same kernel is instantiated
                  with a predicated scalar gather (each thread builds 16-byte chunks element by element)
     accumulate   fp32 (default) or fp16 (Acc.FP16: only for fp16-accuracy tasks)
