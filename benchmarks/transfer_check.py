@@ -36,7 +36,7 @@ def load(db: Path, gpu: str | None) -> dict[Task, dict[str, tuple[Candidate, flo
     with ResultStore(db) as store, TuneLog(store) as log:
         label = resolve_gpu_label(store.ok_gpus(), gpu, None)
         for task in store.ok_shapes(Acc.FP32, label):
-            for cand, us in tune.stored_candidates(store, log, task, label, tune.FAMILIES, limit=10_000):
+            for cand, us, _current in tune.stored_candidates(store, log, task, label, tune.FAMILIES, limit=10_000):
                 out.setdefault(task, {}).setdefault(cand.name, (cand, us))
     return out
 

@@ -56,7 +56,7 @@ def load_groups(db: Path, shapes: list[Task], gpu: str | None) -> list[Group]:
         label = resolve_gpu_label(store.ok_gpus(), gpu, None)
         for task in shapes:
             by_family: dict[str, list[tuple[Tiling, str, float]]] = {}
-            for cand, us in tune.stored_candidates(store, log, task, label, families, limit=1000):
+            for cand, us, _current in tune.stored_candidates(store, log, task, label, families, limit=1000):
                 by_family.setdefault(cand.family.name, []).append((cand.family.tiling(cand.cfg), cand.name, us))
             groups += [Group(task, name, tuple(rows)) for name, rows in by_family.items() if len(rows) >= MIN_CONFIGS]
     return groups

@@ -28,6 +28,7 @@ Units: times in microseconds unless named `_s` (seconds); speedups are baseline 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -36,6 +37,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from cudal2.data import BadShapeFile, bucket, load_shapes
 from cudal2.kernels.family import BadConfig, KernelFamily, config_params
@@ -267,10 +269,10 @@ class Tuner:
                 shapes += [t for t in self.store.ok_shapes(acc, self.gpu.label) if t not in targets]
         fed = 0
         for task in shapes:
-            for cand, median_us in stored_candidates(self.store, self.log, task, self.gpu.label, self.families,
-                                                     self.strategy.warm_configs):
-                self.strategy.observe(cand, task, median_us)
-                self.best_us[task] = min(self.best_us.get(task, median_us), median_us)
+            for stored in stored_candidates(self.store, self.log, task, self.gpu.label, self.families,
+                                            self.strategy.warm_configs):
+                self.strategy.observe_stored(stored.candidate, task, stored.median_us, stored.current)
+                self.best_us[task] = min(self.best_us.get(task, stored.median_us), stored.median_us)
                 fed += 1
         return fed
 
@@ -466,22 +468,35 @@ def best_kernels(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpus: 
     return out
 
 
+class StoredCandidate(NamedTuple):
+    candidate: Candidate
+    median_us: float
+    current: bool  # the stored source is what the config renders today (False: the family's code changed since)
+
+
+@functools.lru_cache(maxsize=65536)
+def _render_hash(family: KernelFamily, cfg: Any) -> str:
+    return source_hash(family.render(cfg))
+
+
 def stored_candidates(store: ResultStore, log: TuneLog, task: Task, gpu: str, families: Sequence[KernelFamily],
-                      limit: int) -> list[tuple[Candidate, float]]:
-    """The `limit` fastest ok offline results of `task` on `gpu` that these families generated, fastest first, as
-    (candidate, median microseconds). Skipped: sources no family here generated, and configs of an older version of
-    a family's space (they can be neither bred from nor re-rendered)."""
+                      limit: int) -> list[StoredCandidate]:
+    """The `limit` fastest ok offline results of `task` on `gpu` that these families generated, fastest first.
+    Skipped: sources no family here generated, and configs of an older version of a family's space (they can be
+    neither bred from nor re-rendered)."""
     by_name = {f.name: f for f in families}
     out = []
     for h, res in store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=limit):
         record = log.config_of(h)
         if record is None or record.family not in by_name:
             continue
+        family = by_name[record.family]
         try:
-            cfg = by_name[record.family].make(record.params)
+            cfg = family.make(record.params)
         except BadConfig:
             continue
-        out.append((Candidate(by_name[record.family], cfg), res.timings["candidate"].median_us))
+        out.append(StoredCandidate(Candidate(family, cfg), res.timings["candidate"].median_us,
+                                   _render_hash(family, cfg) == h))
     return out
 
 

@@ -20,6 +20,10 @@
                   (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic), none
                   estimated slower than the cut of its fastest stored config of the family (FILL_MAX_EST_LOSS). It
                   aims at shapes with fewer tiles than SMs, where the winners of big shapes leave most of the GPU idle.
+    rerender      no search: after a family's code changed (so some configs render a source other than the one
+                  stored), each target shape gets today's render of its RERENDER_PER_SHAPE fastest such stale configs
+                  measured within RERENDER_WITHIN_US of the shape's fastest. Configs whose render is unchanged are
+                  never proposed: the store already answers them.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -57,6 +61,11 @@ FILL_MAX_EST_LOSS = 1.0  # fill: no cut estimated slower than this times the sha
 # fastest. On 256x512x16384 the best sm80 split-K (19.1 us) beat every sm90 config, but an sm90 atomic split-K that
 # left half the SMs idle came within 1.15x: the family's better cuts deserve a measurement.
 FILL_FAMILY_GAP = 1.25
+# rerender: a stale config is re-measured on a shape when its stored time is within this many microseconds of the
+# shape's fastest: the change that motivated it (sm90 stream-K flags cleared by a kernel node instead of a memset node,
+# benchmarks/graph_gap.cu) saves at most ~1.7 us per call.
+RERENDER_WITHIN_US = 2.0
+RERENDER_PER_SHAPE = 8
 
 
 class Strategy(str, Enum):
@@ -64,6 +73,7 @@ class Strategy(str, Enum):
     EVOLUTIONARY = "evolutionary"
     TRANSFER = "transfer"
     FILL = "fill"
+    RERENDER = "rerender"
 
     @property
     def plans_from_store(self) -> bool:
@@ -108,6 +118,11 @@ class RandomSearch:
 
     def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
         """A measured (ok) time of `candidate` on `task`, microseconds; random search ignores it."""
+
+    def observe_stored(self, candidate: Candidate, task: Task, median_us: float, current: bool) -> None:
+        """A time from the store (the tuner's warm start); `current`: the stored source is the one `candidate`
+        renders today (False after its family's code changed)."""
+        self.observe(candidate, task, median_us)
 
     def _sample(self) -> Candidate:
         family = self.rng.choice(self.families)
@@ -297,6 +312,36 @@ class FillSearch(PlannedSearch):
         return out
 
 
+class RerenderSearch(PlannedSearch):
+    """Today's renders of stale stored configs that were close to each target's fastest (see the module docstring)."""
+
+    warm_configs = 1_000_000  # every stored config: a stale one may sit far down a shape's list
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
+        super().__init__(families, rng, targets)
+        self._fastest: dict[Task, float] = {}  # microseconds, any render
+        self._stale: dict[Task, dict[str, tuple[float, Candidate]]] = {}  # shape -> name -> fastest stale time
+        self._current: dict[Task, set[str]] = {}  # shape -> names whose current render is measured there
+
+    def observe_stored(self, candidate: Candidate, task: Task, median_us: float, current: bool) -> None:
+        super().observe_stored(candidate, task, median_us, current)
+        self._fastest[task] = min(self._fastest.get(task, median_us), median_us)
+        if current:
+            self._current.setdefault(task, set()).add(candidate.name)
+            return
+        stale = self._stale.setdefault(task, {})
+        if candidate.name not in stale or median_us < stale[candidate.name][0]:
+            stale[candidate.name] = (median_us, candidate)
+
+    def _pick(self, picks: _Picks) -> None:
+        for target in self.targets:
+            done = self._current.get(target, set())
+            stale = sorted((us, name, c) for name, (us, c) in self._stale.get(target, {}).items() if name not in done)
+            close = [c for us, _, c in stale if us <= self._fastest[target] + RERENDER_WITHIN_US]
+            for rank, cand in enumerate(close[:RERENDER_PER_SHAPE]):
+                picks.add(cand, rank, target)
+
+
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
 # shape, which the GPU then measures: the numbers need the right proportions, not precision. TILE_US, L2 and SPLIT_US
 # are fitted on the train split of the H200 grid store and checked on its held-out split with
@@ -359,4 +404,6 @@ def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
         return TransferSearch(families, rng, targets)
     if kind is Strategy.FILL:
         return FillSearch(families, rng, targets, arch, sms)
+    if kind is Strategy.RERENDER:
+        return RerenderSearch(families, rng, targets)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|gap|tune|grid|all]   (default all = smoke, tests, bench)
+#     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
 #           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
-#           TUNE_MINUTES (default 0) of sample tuning, FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
+#           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
+#           grid and on the LLM shapes each, FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
@@ -77,6 +79,10 @@ if [[ $what == family ]]; then
     2>&1 | tee "$OUT/pytest_ops.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
+if [[ $what == gap ]]; then  # what a graph node costs in offline timing (benchmarks/graph_gap.cu)
+  nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap | tee "$OUT/graph_gap.txt" \
+    || rc=1
+fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
 fi
@@ -110,6 +116,11 @@ if [[ $what == grid ]]; then
       > /tmp/grid-out/round.log 2>&1 || rc=1
     { echo "== cudal2 tune $*"; grep -v '^\[job\|^|' /tmp/grid-out/round.log; } | tee -a "$OUT/grid.log"
   }
+  if [[ ${RERENDER_MINUTES:-0} != 0 ]]; then  # configs whose family code changed: today's render, where it was close
+    for set in data/grid.csv data/llm_shapes.csv; do
+      grid_tune --shapes "$set" --strategy rerender --budget-minutes "$RERENDER_MINUTES"
+    done
+  fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
     grid_tune --shapes data/grid.csv --strategy fill --budget-minutes "$FILL_MINUTES"
   fi

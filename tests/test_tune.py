@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cudal2 import tune, tune_search
-from cudal2.kernels.family import Tiling, config_params
+from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
@@ -31,10 +31,13 @@ from cudal2.tune_search import (
     FILL_MAX_EST_LOSS,
     FILL_PARENTS,
     FILL_PER_SHAPE,
+    RERENDER_PER_SHAPE,
+    RERENDER_WITHIN_US,
     Candidate,
     EvolutionarySearch,
     FillSearch,
     RandomSearch,
+    RerenderSearch,
     Strategy,
     TransferSearch,
     estimate_us,
@@ -266,6 +269,35 @@ def test_fill_without_stored_winners_recuts_the_defaults():
     assert all({k: v for k, v in config_params(p.candidate.cfg).items() if k in base} == base for p in plan)
 
 
+def test_rerender_plans_stale_configs_close_to_the_shapes_best():
+    target, other = Task(256, 512, 12288), Task(4096, 4096, 4096)
+    search = RerenderSearch((SM90,), random.Random(0), (target,))
+    fastest = _sm90(bm=128, bn=64, cluster_n=1)
+    search.observe_stored(fastest, target, 10.0, current=True)
+    close = _sm90(scheduler="streamk", splits=8, bn=64, cluster_n=1)
+    far = _sm90(scheduler="streamk", splits=4, bn=64, cluster_n=1)
+    redone = _sm90(scheduler="streamk", splits=2, bn=64, cluster_n=1)
+    search.observe_stored(close, target, 10.0 + RERENDER_WITHIN_US, current=False)
+    search.observe_stored(far, target, 10.1 + RERENDER_WITHIN_US, current=False)
+    search.observe_stored(redone, target, 10.5, current=False)
+    search.observe_stored(redone, target, 10.2, current=True)  # today's render is measured there already
+    search.observe_stored(_sm90(scheduler="streamk", splits=16, bn=64, cluster_n=1), other, 1.0, current=False)
+    plan = [p for p in iter(search.propose, None)]
+    assert [(p.candidate.name, p.shapes) for p in plan] == [(close.name, (target,))]
+
+
+def test_rerender_takes_a_shapes_fastest_stale_configs_first_up_to_its_cap():
+    target = Task(512, 512, 8192)
+    search = RerenderSearch((SM90,), random.Random(0), (target,))
+    search.observe_stored(_sm90(), target, 20.0, current=True)
+    stale = [_sm90(scheduler="streamk", bn=bn, splits=splits, swizzle=swizzle)
+             for bn in (128, 256) for splits in (1, 2) for swizzle in (1, 2, 4)]
+    for i, cand in enumerate(stale):
+        search.observe_stored(cand, target, 20.5 + 0.1 * i, current=False)
+    assert len(stale) > RERENDER_PER_SHAPE
+    assert [p.candidate.name for p in iter(search.propose, None)] == [c.name for c in stale[:RERENDER_PER_SHAPE]]
+
+
 def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_path):
     fast, slow, slower, unmeasured = Task(64, 64, 64), Task(128, 64, 64), Task(256, 64, 64), Task(512, 64, 64)
     timings = lambda us: {"candidate": Timing(us, us, us, us, us, 0.0, 10),  # noqa: E731
@@ -485,6 +517,33 @@ def test_fill_run_recuts_stored_winners_on_a_simulated_gpu(tmp_path, monkeypatch
     with closing(sqlite3.connect(tmp_path / "r.sqlite")) as db:
         per_key = db.execute("SELECT COUNT(*) FROM results GROUP BY source_hash, m, n, k").fetchall()
     assert per_key and all(n == 1 for (n,) in per_key)
+
+
+@pytest.mark.nvcc
+def test_rerender_run_measures_todays_render_of_a_stale_stored_config(tmp_path, monkeypatch):
+    """A config whose stored source is not what it renders today (its family's code changed) is measured again as
+    today's render on the shape where it was close; the old result stays, and a re-run has nothing left to do."""
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    options = _options(tmp_path, compile_only=False, max_configs=1)
+    shape = TWO_SHAPES[0]
+    measured = tune.run(options, [shape], runner=SIMULATED)  # the family default, today's render
+    (best,) = measured.best
+    stale_cfg = replace(SMALL.default(), warps_k=SMALL.default().warps_k * 2)
+    stale_hash = "5" * 64  # as if measured from an older render of that config
+    timings = {"candidate": Timing(*(best.median_us + 1.0,) * 5, 0.0, 10),
+               "cublas": Timing(*(BASELINE_US,) * 5, 0.0, 10)}
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        store.put_result(stale_hash, FAKE_GPU.label, "offline", ShapeResult(shape, Status.OK, "", 1e-5, timings))
+        log.put_config(stale_hash, ConfigRecord(SMALL.name, config_name(SMALL, stale_cfg), config_params(stale_cfg)))
+    rerender = replace(options, strategy=Strategy.RERENDER, max_configs=50)
+    first = tune.run(rerender, [shape], runner=SIMULATED)
+    assert first.submitted == 1 and first.stop_reason == "the strategy has proposed everything it had"
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        today = store.get_result(source_hash(SMALL.render(stale_cfg)), shape, FAKE_GPU.label, "offline")
+        assert today is not None and today.status is Status.OK
+        assert store.get_result(stale_hash, shape, FAKE_GPU.label, "offline") is not None  # kept
+    again = tune.run(rerender, [shape], runner=SIMULATED)
+    assert again.submitted == 0 and again.proposals == 0
 
 
 def _benchmark(name: str):

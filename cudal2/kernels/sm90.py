@@ -294,6 +294,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                          "C (beta * C) is void: never read.",
     }
     return {
+        **_launch_values(cfg.scheduler),
         "name": config_name(family, cfg),
         "bm": str(cfg.bm), "bn": str(cfg.bn), "bk": str(cfg.bk),
         "cm": str(cfg.cluster_m), "cn": str(cfg.cluster_n),
@@ -308,6 +309,81 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else "",
     }
+
+
+# How the call starts the kernel. Persistent: CUTLASS's initialize() and run(), as first measured (these sources must
+# render unchanged). Stream-K: initialize() would clear the barrier flags with cudaMemsetAsync, which a CUDA graph
+# (the offline timing, or any caller that captures) runs as a memset node of ~2.3 us per call on an H200, where a
+# kernel node costs ~0.6 us (benchmarks/graph_gap.cu); so the source clears them with its own kernel instead.
+_PERSISTENT_LAUNCH = {
+    "workspace_note": "Gemm::get_workspace_size (stream-K partials and flags; 0 for persistent), zeroed on `stream` "
+                      "by\n// CUTLASS's initialize() where it must be.",
+    "flag_clearing": "",
+    "init_step": "initialize",
+    "launch": """  Gemm gemm;
+  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
+  return 0;
+""",
+}
+_STREAMK_LAUNCH = {
+    "workspace_note": "Gemm::get_workspace_size: the stream-K partials, then the barrier flags, which a kernel of\n"
+                      "// this source zeroes on `stream` before each GEMM (not CUTLASS's initialize(): see clear_flags).",
+    "flag_clearing": r"""
+// Stream-K (and split-K) peers of an output tile meet at barrier flags in the workspace, which must read zero when the
+// GEMM starts. CUTLASS's Gemm::initialize() clears them with cudaMemsetAsync; a CUDA graph (the offline timing, and
+// any caller that captures) runs that as a memset node, ~2.3 us per call on an H200, where one more kernel node costs
+// ~0.6 us (benchmarks/graph_gap.cu). So this kernel clears them, and initialize() is not called.
+__global__ void clear_flags(uint32_t* flags, size_t words) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
+    flags[i] = 0u;
+  }
+}
+
+// The flags follow the partials to the end of the workspace. The partials' size is computed as the kernel computes it
+// (PersistentTileSchedulerSm90StreamK::fixup): split-K keeps one partial per output tile, stream-K one per stream-K
+// tile. Returns the launch error, if any; nothing to clear when the scheduler chose plain data-parallel tiles.
+static cudaError_t clear_stream_k_flags(typename GemmKernel::Params const& params, void* workspace,
+                                        size_t workspace_bytes, cudaStream_t stream) {
+  using SchedulerParams = typename GemmKernel::TileScheduler::Params;
+  SchedulerParams const& p = params.scheduler;
+  uint64_t partial_tiles = p.divmod_splits_.divisor > 1   ? p.units_per_problem_
+                           : p.requires_separate_reduction() ? p.sk_tiles_ * SchedulerParams::max_peers_per_tile(
+                                                                               p.sk_units_, p.sk_tiles_)
+                                                             : p.sk_tiles_;
+  size_t partial_bytes = SchedulerParams::get_reduction_workspace_size(
+      partial_tiles, cutlass::gemm::GemmCoord(size<0>(TileShape{}), size<1>(TileShape{}), size<2>(TileShape{})),
+      cutlass::sizeof_bits<ElementAccumulator>::value);
+  if (workspace_bytes == 0 || p.reduction_workspace_ == nullptr) return cudaSuccess;
+  uint8_t* begin = static_cast<uint8_t*>(p.reduction_workspace_) + partial_bytes;
+  uint8_t* end = static_cast<uint8_t*>(workspace) + workspace_bytes;
+  if (begin >= end) return cudaSuccess;
+  size_t words = size_t(end - begin) / sizeof(uint32_t);
+  unsigned blocks = unsigned(words < 256 * 1024 ? (words + 255) / 256 : 1024);
+  clear_flags<<<blocks, 256, 0, stream>>>(reinterpret_cast<uint32_t*>(begin), words);
+  return cudaGetLastError();
+}
+""",
+    "init_step": "clearing the stream-K flags",
+    "launch": """  // initialize() without its workspace memset: the kernel's parameters, its shared memory limit, then the flags.
+  using cudal2_sm90::GemmKernel;
+  typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
+  int smem = GemmKernel::SharedStorageSize;
+  if (smem >= (48 << 10) && cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    return 3;
+  }
+  if (cudal2_sm90::clear_stream_k_flags(params, workspace, Gemm::get_workspace_size(args), stream) != cudaSuccess) {
+    return 3;
+  }
+  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return 4;
+  return 0;
+""",
+}
+
+
+def _launch_values(scheduler: Scheduler) -> dict[str, str]:
+    return _STREAMK_LAUNCH if scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
 
 
 _HEADER = string.Template(r"""// $name
@@ -329,8 +405,7 @@ _HEADER = string.Template(r"""// $name
 //   - $scheduler_design
 //   - $epilogue_design
 // Shapes: any M >= 1; K % 8 == 0 (16-byte TMA row strides of A and B); $n_align.
-// Workspace: Gemm::get_workspace_size (stream-K partials and flags; 0 for persistent), zeroed on `stream` by
-// CUTLASS's initialize() where it must be.
+// Workspace: $workspace_note
 
 """)
 
@@ -414,25 +489,21 @@ static typename Gemm::Arguments make_arguments(const half* A, const half* B, hal
   args.scheduler.max_swizzle_size = $swizzle;$scheduler_args
   return args;
 }
-
+$flag_clearing
 }  // namespace cudal2_sm90
 
 extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
   return cudal2_sm90::Gemm::get_workspace_size(cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, M, N, K));
 }
 
-// Returns 0 on success; 1 shape not implementable (alignment), 2 workspace too small, 3 initialize, 4 launch.
+// Returns 0 on success; 1 shape not implementable (alignment), 2 workspace too small, 3 $init_step, 4 launch.
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   using cudal2_sm90::Gemm;
   typename Gemm::Arguments args = cudal2_sm90::make_arguments(A, B, C, M, N, K);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
-  Gemm gemm;
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
-  return 0;
-}
+$launch}
 """)
 
 

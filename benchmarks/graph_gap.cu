@@ -1,0 +1,135 @@
+// graph_gap.cu: what one node costs in the evaluator's offline timing (CUDA-graph replay of R back-to-back calls).
+// It prices the pieces a kernel design can add to a call: a second kernel (split-K's workspace reduction), a
+// memset node (zeroing split-K counters), a thread-block cluster launch (cluster reduction), and the cold-input
+// floor of a tiny GEMM call. No cuBLAS, no cudal2 code: build and run with
+//
+//     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
+//
+// Each pattern is captured R=64 times into one graph (as the harness does), the graph is replayed REPLAYS times
+// after a warm-up, and the median replay time / R is printed in microseconds, one `name us` line per pattern.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+constexpr int R = 64;          // calls per graph, as in the harness's offline mode
+constexpr int REPLAYS = 200;   // timed replays per pattern
+constexpr int SETS = 64;       // rotating input sets for the cold-read pattern: 64 x 2 MiB > the 50 MiB L2
+constexpr size_t SET_BYTES = 2u << 20;
+
+__global__ void empty_kernel() {}
+
+// One CTA per SM-slot, each bumping one counter and fencing: the arrival protocol a one-kernel split-K reduction
+// ("the last CTA of a tile sums the partials") adds to every CTA.
+__global__ void arrive_kernel(unsigned* counters, int per_counter) {
+  __shared__ unsigned ticket;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    ticket = atomicAdd(&counters[blockIdx.x / per_counter], 1u);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && ticket % per_counter == per_counter - 1) counters[blockIdx.x / per_counter] = 0;
+}
+
+// A 64x64x64 GEMM's memory traffic without its math: one CTA reads 2 x 8 KiB (A and B tiles) and writes 8 KiB.
+__global__ void cold_tile_kernel(const int4* in, int4* out) {
+  int4 a = in[threadIdx.x], b = in[threadIdx.x + 512];
+  a.x ^= b.x;
+  a.y ^= b.y;
+  out[threadIdx.x] = a;
+}
+
+__global__ void cluster_kernel() {}
+
+static void launch_cluster(int cluster, int blocks, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(128);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, cluster_kernel));
+}
+
+static double time_pattern(cudaStream_t s, const std::function<void(int)>& call) {
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < R; ++i) call(i);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 20; ++i) CK(cudaGraphLaunch(exec, s));
+  std::vector<float> us;
+  for (int i = 0; i < REPLAYS; ++i) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1000.f / R);
+  }
+  std::sort(us.begin(), us.end());
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(g));
+  return us[us.size() / 2];
+}
+
+int main() {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int sms;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  unsigned* counters;
+  CK(cudaMalloc(&counters, 4096 * sizeof(unsigned)));
+  CK(cudaMemset(counters, 0, 4096 * sizeof(unsigned)));
+  char* sets;
+  CK(cudaMalloc(&sets, SETS * SET_BYTES));
+  CK(cudaMemset(sets, 1, SETS * SET_BYTES));
+  int full = 2 * sms;  // two CTAs per SM
+  struct Pattern {
+    const char* name;
+    std::function<void(int)> call;
+  };
+  std::vector<Pattern> patterns = {
+      {"empty_kernel_1cta", [&](int) { empty_kernel<<<1, 32, 0, s>>>(); }},
+      {"empty_kernel_2_per_sm", [&](int) { empty_kernel<<<full, 128, 0, s>>>(); }},
+      {"two_empty_kernels", [&](int) { empty_kernel<<<full, 128, 0, s>>>(); empty_kernel<<<full, 128, 0, s>>>(); }},
+      {"memset_4KiB_then_kernel", [&](int) {
+         CK(cudaMemsetAsync(counters, 0, 4096, s));
+         empty_kernel<<<full, 128, 0, s>>>();
+       }},
+      {"arrive_8_per_counter", [&](int) { arrive_kernel<<<full, 128, 0, s>>>(counters, 8); }},
+      {"cold_64x64x64_tile_traffic", [&](int i) {
+         const char* base = sets + (size_t)(i % SETS) * SET_BYTES;
+         cold_tile_kernel<<<1, 512, 0, s>>>((const int4*)base, (int4*)(base + (1u << 20)));
+       }},
+      {"cluster_2_of_2_per_sm", [&](int) { launch_cluster(2, full, s); }},
+      {"cluster_8_of_2_per_sm", [&](int) { launch_cluster(8, full, s); }},
+      {"cluster_16_of_2_per_sm", [&](int) { launch_cluster(16, full / 16 * 16, s); }},
+  };
+  for (auto& p : patterns) std::printf("%s %.3f\n", p.name, time_pattern(s, p.call));
+  CK(cudaGetLastError());
+  return 0;
+}
