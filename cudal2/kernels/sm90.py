@@ -13,7 +13,9 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               (cooperative only: K-splits of the tail tiles across SMs, reduced in the workspace in order, or with
               atomics under reduction=atomic);
               with `splits` > 1 the stream-K scheduler runs plain split-K instead: every output tile's K loop in
-              `splits` equal ranges on different CTAs, for skinny long-K shapes that have fewer tiles than SMs
+              `splits` equal ranges on different CTAs, for skinny long-K shapes that have fewer tiles than SMs;
+              stream-K sources zero their barrier flags with a kernel of their own, not CUTLASS's memset (a memset
+              node costs ~2.3 us per call in graph replay, a kernel node ~0.6 us: benchmarks/graph_gap.cu)
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N)
 
