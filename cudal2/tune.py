@@ -481,11 +481,13 @@ def _render_hash(family: KernelFamily, cfg: Any) -> str:
 
 def stored_candidates(store: ResultStore, log: TuneLog, task: Task, gpu: str, families: Sequence[KernelFamily],
                       limit: int) -> list[StoredCandidate]:
-    """The `limit` fastest ok offline results of `task` on `gpu` that these families generated, fastest first.
-    Skipped: sources no family here generated, and configs of an older version of a family's space (they can be
-    neither bred from nor re-rendered)."""
+    """The `limit` fastest ok offline results of `task` on `gpu` that these families generated, fastest first, one per
+    config: its current render's result where the store has one (an older render's time is not what the config runs
+    at today, and strategies keep the last time they observe per config), else its fastest older render's. Skipped:
+    sources no family here generated, and configs of an older version of a family's space (they can be neither bred
+    from nor re-rendered)."""
     by_name = {f.name: f for f in families}
-    out = []
+    out: dict[str, StoredCandidate] = {}
     for h, res in store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=limit):
         record = log.config_of(h)
         if record is None or record.family not in by_name:
@@ -495,9 +497,12 @@ def stored_candidates(store: ResultStore, log: TuneLog, task: Task, gpu: str, fa
             cfg = family.make(record.params)
         except BadConfig:
             continue
-        out.append(StoredCandidate(Candidate(family, cfg), res.timings["candidate"].median_us,
-                                   _render_hash(family, cfg) == h))
-    return out
+        stored = StoredCandidate(Candidate(family, cfg), res.timings["candidate"].median_us,
+                                 _render_hash(family, cfg) == h)
+        kept = out.get(stored.candidate.name)
+        if kept is None or (stored.current and not kept.current):
+            out[stored.candidate.name] = stored
+    return sorted(out.values(), key=lambda c: (c.median_us, c.candidate.name))
 
 
 def worst_shapes(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpu: str, n: int) -> tuple[Task, ...]:

@@ -298,6 +298,21 @@ def test_rerender_takes_a_shapes_fastest_stale_configs_first_up_to_its_cap():
     assert [p.candidate.name for p in iter(search.propose, None)] == [c.name for c in stale[:RERENDER_PER_SHAPE]]
 
 
+def test_stored_candidates_give_one_time_per_config_todays_render_first(tmp_path):
+    """A config measured as an older render (faster or slower) and as today's render feeds today's time only; one
+    measured only as an older render feeds that, marked stale."""
+    shape = Task(256, 512, 12288)
+    both, stale_only = SMALL.default(), replace(SMALL.default(), warps_k=SMALL.default().warps_k * 2)
+    timings = lambda us: {"candidate": Timing(us, us, us, us, us, 0.0, 10)}  # noqa: E731
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        for h, cfg, us in ((source_hash(SMALL.render(both)), both, 9.0), ("1" * 64, both, 7.0),
+                           ("2" * 64, stale_only, 8.0), ("3" * 64, stale_only, 10.0)):
+            store.put_result(h, FAKE_GPU.label, "offline", ShapeResult(shape, Status.OK, "", 1e-5, timings(us)))
+            log.put_config(h, ConfigRecord(SMALL.name, config_name(SMALL, cfg), config_params(cfg)))
+        got = tune.stored_candidates(store, log, shape, FAKE_GPU.label, (SMALL,), limit=100)
+    assert [(c.candidate.cfg, c.median_us, c.current) for c in got] == [(stale_only, 8.0, False), (both, 9.0, True)]
+
+
 def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_path):
     fast, slow, slower, unmeasured = Task(64, 64, 64), Task(128, 64, 64), Task(256, 64, 64), Task(512, 64, 64)
     timings = lambda us: {"candidate": Timing(us, us, us, us, us, 0.0, 10),  # noqa: E731
