@@ -314,9 +314,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
 
 
 # How the call starts the kernel. Persistent: CUTLASS's initialize() and run(), as first measured (these sources must
-# render unchanged). Stream-K: initialize() would clear the barrier flags with cudaMemsetAsync, which a CUDA graph
-# (the offline timing, or any caller that captures) runs as a memset node of ~2.3 us per call on an H200, where a
-# kernel node costs ~0.6 us (benchmarks/graph_gap.cu); so the source clears them with its own kernel instead.
+# render unchanged). Stream-K: the flags are cleared by a kernel of the source, not initialize()'s memset (the
+# generated comment above clear_flags says why).
 _PERSISTENT_LAUNCH = {
     "workspace_note": "Gemm::get_workspace_size (stream-K partials and flags; 0 for persistent), zeroed on `stream` "
                       "by\n// CUTLASS's initialize() where it must be.",
