@@ -15,7 +15,8 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               with `splits` > 1 the stream-K scheduler runs plain split-K instead: every output tile's K loop in
               `splits` equal ranges on different CTAs, for skinny long-K shapes that have fewer tiles than SMs;
               stream-K sources zero their barrier flags with a kernel of their own, not CUTLASS's memset (a memset
-              node costs ~2.3 us per call in graph replay, a kernel node ~0.6 us: benchmarks/graph_gap.cu)
+              node costs ~2.3 us per call in graph replay, a kernel node ~0.6 us: benchmarks/graph_gap.cu);
+              either scheduler walks the tiles along M or along N as `raster` forces, or as CUTLASS's heuristic picks
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N)
 
@@ -81,6 +82,20 @@ class Reduction(str, Enum):
     ATOMIC = "atomic"
 
 
+class Raster(str, Enum):
+    """The order the tile scheduler walks output tiles in (CUTLASS RasterOrderOptions): which of A's row-panels or
+    B's column-panels concurrently running CTAs share in L2.
+
+    heuristic: CUTLASS's choice, along M when there are more tile columns than tile rows, else along N.
+    along_m:   down a column of tiles first (consecutive CTAs share B's panel).
+    along_n:   across a row of tiles first (consecutive CTAs share A's panel).
+    """
+
+    HEURISTIC = "heuristic"
+    ALONG_M = "along_m"
+    ALONG_N = "along_n"
+
+
 class Epilogue(str, Enum):
     TMA = "tma"  # registers -> swizzled smem -> TMA store; N % 8 == 0
     NOSMEM = "nosmem"  # predicated stores straight from the accumulators; any N, no smem taken from the mainloop
@@ -104,6 +119,7 @@ class Sm90Config:
     splits: int = 1  # > 1: split-K into this many K ranges per tile (stream-K scheduler in SplitK mode)
     # How K ranges' partials are summed (stream-K scheduler only); added after the first stored configs.
     reduction: Reduction = field(default=Reduction.ORDERED, metadata=ADDED_LATER)
+    raster: Raster = field(default=Raster.HEURISTIC, metadata=ADDED_LATER)  # tile order; added after stored configs
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -120,6 +136,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "acc": tuple(Acc),
     "splits": (1, 2, 4, 8, 16),
     "reduction": tuple(Reduction),
+    "raster": tuple(Raster),
 }
 
 
@@ -272,6 +289,12 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     if atomic:
         scheduler_args += ("\n  args.scheduler.reduction_mode =  // middle K ranges add their partials at the same time\n"
                     "      cutlass::gemm::kernel::detail::ReductionMode::Nondeterministic;")
+    # A forced raster order (both schedulers' arguments have the field); CUTLASS's heuristic, the default, adds no
+    # line, so older configs render unchanged.
+    if cfg.raster is not Raster.HEURISTIC:
+        order = "AlongM" if cfg.raster is Raster.ALONG_M else "AlongN"
+        scheduler_args += ("\n  args.scheduler.raster_order =  // forced, not CUTLASS's heuristic\n"
+                           f"      cutlass::gemm::kernel::detail::RasterOrderOptions::{order};")
     # The wording is part of stored sources (their hash): keep it as measured, "fp32" even for fp16 accumulators.
     reduced = ("reduced with fp32 atomics (the first range stores,\n//     the middle ones add at once, the last "
                "waits for all: the summation order varies per call)." if atomic else
@@ -310,6 +333,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else "",
+        "raster_note": {Raster.HEURISTIC: "", Raster.ALONG_M: " along M", Raster.ALONG_N: " along N"}[cfg.raster],
     }
 
 
@@ -395,7 +419,7 @@ _HEADER = string.Template(r"""// $name
 // Config
 //   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
 //   kernel schedule    = $schedule ($kernel)
-//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle, split-K $splits$reduction_note
+//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle$raster_note, split-K $splits$reduction_note
 //   epilogue           = $epilogue_name ($epilogue)
 //   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
 //

@@ -1,7 +1,7 @@
 """The sm90 (wgmma/TMA, CUTLASS 3.x) family: space, make, prune and render on the CPU; a compile sample for sm_90a
 (nvcc); correctness of a config sample through the evaluator on an H200 (gpu).
 
-CI cost (2 cores): two configs compiled in parallel (~90 s) plus one host-only probe of CUTLASS's shared memory
+CI cost (2 cores): three configs compiled on 2 workers (~80 s) plus one host-only probe of CUTLASS's shared memory
 figures (~20 s); everything else is Python.
 """
 
@@ -19,6 +19,7 @@ from cudal2.kernels.sm90 import (
     FAMILY,
     SMEM_CAPACITY,
     Epilogue,
+    Raster,
     Reduction,
     Schedule,
     Scheduler,
@@ -222,6 +223,23 @@ def test_the_ordered_reduction_adds_nothing_to_older_configs():
     assert config_name(FAMILY, atomic) == config_name(FAMILY, old) + "-reductionatomic"
 
 
+def test_a_forced_raster_order_is_set_and_the_heuristic_adds_nothing():
+    """`raster` came after configs were stored: at its default (CUTLASS's heuristic) name and source are unchanged;
+    forced, both schedulers get the order in their arguments and the header says so."""
+    params = {k: v for k, v in config_params(cfg(swizzle=4)).items() if k != "raster"}
+    old = FAMILY.make(params)
+    assert old.raster is Raster.HEURISTIC and "raster_order" not in FAMILY.render(old)
+    for scheduler in Scheduler:
+        for raster, order in ((Raster.ALONG_M, "AlongM"), (Raster.ALONG_N, "AlongN")):
+            forced = replace(old, scheduler=scheduler, raster=raster)
+            src = FAMILY.render(forced)
+            assert f"args.scheduler.raster_order =  // forced, not CUTLASS's heuristic\n      " \
+                   f"cutlass::gemm::kernel::detail::RasterOrderOptions::{order};" in src
+            assert f"rasterisation swizzle 4 along {order[-1]}," in src and check_source(src) == []
+            assert config_name(FAMILY, forced).endswith(f"-raster{raster.value}")
+            assert FAMILY.prune(forced, ARCH) is None
+
+
 def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
     ordered = FAMILY.tiling(cfg(bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16))
     atomic = FAMILY.tiling(cfg(bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16,
@@ -242,12 +260,12 @@ def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules()
 
 # ---------------------------------------------------------------------------------------------------- nvcc
 
-# Two configs that together take every value of schedule, scheduler, epilogue, acc, cluster and stages mode, and
-# split-K's arguments.
+# Configs that together take every value of schedule, scheduler, epilogue, acc, cluster and stages mode, raster
+# order, and split-K's arguments.
 COMPILE_SAMPLE = [
     cfg(bm=128, bn=128, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM,
-        acc=Acc.FP16, splits=4),
-    cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2),
+        acc=Acc.FP16, splits=4, raster=Raster.ALONG_N),
+    cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2, raster=Raster.ALONG_M),
     cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC),
 ]
 
@@ -311,6 +329,8 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=16),
     cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC),
     cfg(bm=128, bn=128, cluster_n=1, scheduler=Scheduler.STREAMK, reduction=Reduction.ATOMIC),  # stream-K
+    cfg(bm=256, bn=128, swizzle=4, raster=Raster.ALONG_N),
+    cfg(bm=128, bn=256, scheduler=Scheduler.STREAMK, raster=Raster.ALONG_M),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72)]  # the last one: N % 8 != 0, the no-smem epilogue only
