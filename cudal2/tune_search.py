@@ -20,6 +20,12 @@
                   (`estimate_us`: whole waves of tiles over the SMs, K-split partials, L2 and HBM traffic), none
                   estimated slower than the cut of its fastest stored config of the family (FILL_MAX_EST_LOSS). It
                   aims at shapes with fewer tiles than SMs, where the winners of big shapes leave most of the GPU idle.
+    neighbours    no search: one step of coordinate descent. Each target shape gets every config one parameter
+                  away from its fastest stored config (each other value of each parameter of its family's space)
+                  that survives prune() and supports the shape and is not yet measured on it; each config is
+                  proposed once with all the shapes it neighbours, those it neighbours on the most shapes first.
+                  It polishes shapes where random and evolutionary search left gaps (a new parameter such as sm90's
+                  `raster` has never been tried on any of them).
     rerender      no search: after a family's code changed (so some configs render a source other than the one
                   stored), each target shape gets today's render of its RERENDER_PER_SHAPE fastest such stale configs
                   measured within RERENDER_WITHIN_US of the shape's fastest. Configs whose render is unchanged are
@@ -74,6 +80,7 @@ class Strategy(str, Enum):
     TRANSFER = "transfer"
     FILL = "fill"
     RERENDER = "rerender"
+    NEIGHBOURS = "neighbours"
 
     @property
     def plans_from_store(self) -> bool:
@@ -342,6 +349,48 @@ class RerenderSearch(PlannedSearch):
                 picks.add(cand, rank, target)
 
 
+class NeighboursSearch(PlannedSearch):
+    """Every valid one-parameter change of each target's fastest stored config (see the module docstring)."""
+
+    warm_configs = 1_000_000  # every stored config: a neighbour measured far down a shape's list is not proposed
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str):
+        super().__init__(families, rng, targets)
+        self.arch = arch
+        self._measured: dict[Task, set[str]] = {}  # shape -> names of the configs measured there (any render)
+
+    def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
+        super().observe(candidate, task, median_us)
+        self._measured.setdefault(task, set()).add(candidate.name)
+
+    def _pick(self, picks: _Picks) -> None:
+        neighbours: dict[str, list[Candidate]] = {}  # per incumbent: shapes often share one
+        for target in self.targets:
+            if target not in self.elites:
+                continue  # nothing measured there: no incumbent to step from (transfer or fill give it one)
+            incumbent = self.elites[target][0][1]
+            if incumbent.name not in neighbours:
+                neighbours[incumbent.name] = self._neighbours(incumbent)
+            measured = self._measured.get(target, set())
+            for cand in neighbours[incumbent.name]:
+                if cand.name not in measured and cand.family.supports(cand.cfg, target) is None:
+                    picks.add(cand, 0, target)
+
+    def _neighbours(self, parent: Candidate) -> list[Candidate]:
+        """The configs that differ from `parent` in one parameter and survive prune() on this arch."""
+        family, space = parent.family, parent.family.space()
+        params = config_params(parent.cfg)
+        out = []
+        for name, values in space.items():
+            for value in values:
+                if value == params[name]:
+                    continue
+                cfg = family.make({**params, name: value})
+                if family.prune(cfg, self.arch) is None:
+                    out.append(Candidate(family, cfg))
+        return out
+
+
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
 # shape, which the GPU then measures: the numbers need the right proportions, not precision. TILE_US, L2 and SPLIT_US
 # are fitted on the train split of the H200 grid store and checked on its held-out split with
@@ -397,8 +446,8 @@ def _log_distance(a: Task, b: Task) -> float:
 
 def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int, targets: tuple[Task, ...] = (),
                   arch: str = "sm_90a", sms: int = 132) -> RandomSearch:
-    """`targets`: the shapes of the run (transfer and fill plan over them; the others ignore them); `arch` and
-    `sms`: the compile target fill prunes for and the SM count its wave model fills."""
+    """`targets`: the shapes of the run (the planned strategies plan over them; the others ignore them); `arch`:
+    the compile target fill and neighbours prune for; `sms`: the SM count fill's wave model fills."""
     rng = random.Random(seed)
     if kind is Strategy.TRANSFER:
         return TransferSearch(families, rng, targets)
@@ -406,4 +455,6 @@ def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
         return FillSearch(families, rng, targets, arch, sms)
     if kind is Strategy.RERENDER:
         return RerenderSearch(families, rng, targets)
+    if kind is Strategy.NEIGHBOURS:
+        return NeighboursSearch(families, rng, targets, arch)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

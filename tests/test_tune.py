@@ -36,6 +36,7 @@ from cudal2.tune_search import (
     Candidate,
     EvolutionarySearch,
     FillSearch,
+    NeighboursSearch,
     RandomSearch,
     RerenderSearch,
     Strategy,
@@ -284,6 +285,31 @@ def test_rerender_plans_stale_configs_close_to_the_shapes_best():
     search.observe_stored(_sm90(scheduler="streamk", splits=16, bn=64, cluster_n=1), other, 1.0, current=False)
     plan = [p for p in iter(search.propose, None)]
     assert [(p.candidate.name, p.shapes) for p in plan] == [(close.name, (target,))]
+
+
+def test_neighbours_step_one_parameter_from_each_shapes_fastest_config():
+    big, other, tiny_n = Task(8192, 8192, 4096), Task(12288, 8192, 2048), Task(4096, 4096, 4100)
+    search = NeighboursSearch((SM90,), random.Random(0), (big, other, tiny_n, Task(64, 64, 64)), "sm_90a")
+    best, slower = _sm90(), _sm90(bm=256, bn=128)
+    measured = _sm90(raster="along_n")
+    search.observe_stored(best, big, 500.0, current=True)
+    search.observe_stored(slower, big, 510.0, current=True)  # the incumbent is the fastest only
+    search.observe_stored(measured, big, 520.0, current=True)  # a neighbour measured there is not proposed again
+    search.observe_stored(best, other, 300.0, current=True)
+    search.observe_stored(best, tiny_n, 200.0, current=True)  # an incumbent whose neighbours all refuse the shape
+    plan = [p for p in iter(search.propose, None)]
+    names = [p.candidate.name for p in plan]
+    assert len(names) == len(set(names)) and plan
+    for p in plan:
+        changed = {k for k, v in config_params(p.candidate.cfg).items() if config_params(best.cfg)[k] != v}
+        assert len(changed) == 1 and SM90.prune(p.candidate.cfg, "sm_90a") is None
+        assert Task(64, 64, 64) not in p.shapes  # no incumbent there
+    by_name = {p.candidate.name: p.shapes for p in plan}
+    assert by_name[measured.name] == (other,)  # measured on `big` already
+    assert by_name[_sm90(raster="along_m").name] == by_name[_sm90(swizzle=8).name] == (big, other)
+    assert plan[0].shapes == (big, other)  # those shared by the most shapes first
+    assert _sm90(bk=128, stages=0).name in by_name and _sm90(acc="fp16").name not in by_name  # fp32 tasks
+    assert all(tiny_n not in p.shapes for p in plan)  # K % 8 != 0: no sm90 config supports it (TMA)
 
 
 def test_rerender_takes_a_shapes_fastest_stale_configs_first_up_to_its_cap():
