@@ -8,7 +8,8 @@
 #           GRID_STORE (default benchmarks/stores/h200_grid.sqlite.gz, committed) and each call goes on from it:
 #           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
-#           NEIGHBOURS_WORST (60) slowest grid shapes with MNK >= 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket),
+#           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
+#           with MNK >= 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -125,7 +126,8 @@ if [[ $what == grid ]]; then
   fi
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst large shapes
     large=/tmp/grid-out/large.csv
-    awk -F, "NR == 1 || \$1 * \$2 * \$3 >= 2 ^ ${NEIGHBOURS_MIN_LOG2_MNK:-36}" data/grid.csv > "$large"
+    awk -F, "NR == 1 || \$1 * \$2 * \$3 >= 2 ^ ${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_SHAPES:-data/grid.csv}" \
+      > "$large"
     grid_tune --shapes "$large" --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
       --budget-minutes "$NEIGHBOURS_MINUTES"
   fi
