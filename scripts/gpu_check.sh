@@ -124,11 +124,11 @@ if [[ $what == grid ]]; then
       grid_tune --shapes "$set" --strategy rerender --budget-minutes "$RERENDER_MINUTES"
     done
   fi
-  if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst large shapes
-    large=/tmp/grid-out/large.csv
+  if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
+    subset=/tmp/grid-out/neighbours.csv
     awk -F, "NR == 1 || \$1 * \$2 * \$3 >= 2 ^ ${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_SHAPES:-data/grid.csv}" \
-      > "$large"
-    grid_tune --shapes "$large" --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
+      > "$subset"
+    grid_tune --shapes "$subset" --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
       --budget-minutes "$NEIGHBOURS_MINUTES"
   fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
