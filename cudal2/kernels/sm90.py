@@ -4,8 +4,9 @@ Every config renders one self-contained .cu (the candidate contract, README.md) 
 CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead of hand-written wgmma:
 
     mainloop  cutlass::gemm::collective::CollectiveBuilder<arch::Sm90, OpClassTensorOp, ...>
-              TMA loads (multicast across the cluster) into 128B-swizzled shared memory, an mbarrier pipeline of
-              `stages` K-blocks, wgmma (SS: both operands from shared memory) in fp32 or fp16 accumulators
+              TMA loads (multicast across a cluster of up to 4 x 2 or 2 x 4 CTAs) into 128B-swizzled shared memory,
+              an mbarrier pipeline of `stages` K-blocks, wgmma (SS: both operands from shared memory) in fp32 or
+              fp16 accumulators
     kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue
@@ -55,6 +56,9 @@ KERNEL_SMEM_OVERHEAD = 512
 # 232-240 registers (setmaxnreg) and need ~60-90 for addresses, descriptors and the epilogue. Measured (nvcc 13.0):
 # 128 compile clean; 256 (cooperative 256x256, pingpong 128x256, fp32) spill ~4.7 KB and serialise wgmma (C7511).
 MAX_ACC_REGS = 128
+# CTAs per cluster: 8 is the portable maximum (CUDA programming guide, "Thread Block Clusters"); CUTLASS's launcher
+# does not opt in to more.
+MAX_CLUSTER_CTAS = 8
 THREADS_PER_WARPGROUP = 128
 
 
@@ -124,17 +128,19 @@ class Sm90Config:
 
 SPACE: dict[str, tuple[Any, ...]] = {
     "bm": (64, 128, 256),
-    "bn": (64, 128, 256),
+    # 32, 96 and 192 after the first stored configs: cuBLASLt's autotuned kernels on the grid's skinny long-K shapes
+    # use N tiles of 32-96 with clusters of up to 4 CTAs along M or N (benchmarks/lt_algos.py, benchmarks/RESULTS.md).
+    "bn": (32, 64, 96, 128, 192, 256),
     "bk": (64, 128),
-    "cluster_m": (1, 2),
-    "cluster_n": (1, 2),
+    "cluster_m": (1, 2, 4),
+    "cluster_n": (1, 2, 4),
     "schedule": tuple(Schedule),
     "scheduler": tuple(Scheduler),
     "epilogue": tuple(Epilogue),
     "stages": (0, 2, 3, 4, 5, 6, 7, 8),
     "swizzle": (1, 2, 4, 8),
     "acc": tuple(Acc),
-    "splits": (1, 2, 4, 8, 16),
+    "splits": (1, 2, 3, 4, 5, 6, 8, 12, 16),
     "reduction": tuple(Reduction),
     "raster": tuple(Raster),
 }
@@ -220,6 +226,9 @@ class Sm90Family:
             return f"cooperative splits BM across 2 consumer warpgroups of 64 rows: needs BM >= 128, got {cfg.bm}"
         if cfg.schedule is Schedule.PINGPONG and cfg.scheduler is Scheduler.STREAMK:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
+        if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
+            return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
+                    f"portable {MAX_CLUSTER_CTAS}")
         if cfg.splits > 1 and cfg.scheduler is not Scheduler.STREAMK:
             return f"split-K (splits={cfg.splits}) runs in CUTLASS's stream-K scheduler; the persistent one has none"
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
