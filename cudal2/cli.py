@@ -119,8 +119,9 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--strategy", default=d.strategy.value, choices=[s.value for s in Strategy],
                     help="transfer: no search, the best configs of the nearest tuned shapes on every shape; fill: the "
                     "store's winners re-cut (tile, split-K, scheduler) to fill the SMs, ranked by a wave model; neighbours: "
-                    "every one-parameter change of each shape's fastest stored config; rerender: today's source of "
-                    "configs stored from older code")
+                    "every one-parameter change of each shape's fastest stored config; cublaslt: the configs nearest to the "
+                    "cuBLASLt algorithm autotuned on each shape; rerender: today's source of configs stored from older "
+                    "code")
     tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
     tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
     tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")

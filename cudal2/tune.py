@@ -47,6 +47,8 @@ from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.compiler import nvcc_flags
 from cudal2.sandbox.evaluator import EvalOptions, source_hash
 from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu, sm_count
+from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtDecodeError
+from cudal2.sandbox.lt_algo import decode as decode_lt_algo
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
@@ -208,6 +210,8 @@ class Tuner:
             raise TuneInputError(str(e)) from None
         self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks, self.arch,
                                       options.sms or sm_count(self.gpu, self.arch))
+        if options.strategy.reads_cublaslt_algos:
+            self._feed_cublaslt_algos()
         self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
         self.ok_configs: set[str] = set()  # source hashes that compiled or ran ok on some shape
         self.summary = TuneSummary(shapes=self.tasks)
@@ -257,6 +261,19 @@ class Tuner:
         base = EvalOptions(compile_only=self.options.compile_only, gpu_index=self.options.gpu_index,
                            arch=self.arch, target_ms=self.options.target_ms)
         return replace(base, cache_dir=self.options.cache_dir) if self.options.cache_dir else base
+
+    def _feed_cublaslt_algos(self) -> None:
+        """Give the strategy the cuBLASLt algorithm stored for each target on this GPU, decoded."""
+        if self.gpu is None:
+            raise TuneInputError(f"--strategy {self.options.strategy.value} starts from the cuBLASLt algorithms this "
+                                 "GPU's evaluations stored: it needs a GPU, not --compile-only")
+        for task in self.tasks:
+            algo_hex = self.store.get_algo(task, self.gpu.label, CUBLASLT_AUTOTUNED)
+            if algo_hex is not None:
+                try:
+                    self.strategy.observe_cublaslt(task, decode_lt_algo(algo_hex))
+                except LtDecodeError as e:
+                    raise TuneInputError(f"cuBLASLt algorithm of {task.m}x{task.n}x{task.k}: {e}") from None
 
     def _warm_start(self) -> int:
         """Feed the strategy the fastest stored configs of these families on these shapes (earlier runs), so an

@@ -26,6 +26,10 @@
                   proposed once with all the shapes it neighbours, those it neighbours on the most shapes first.
                   It polishes shapes where random and evolutionary search left gaps (a new parameter such as sm90's
                   `raster` has never been tried on any of them).
+    cublaslt      no search: each target shape gets the configs nearest to the cuBLASLt algorithm the harness
+                  autotuned there (stored with the baselines; decoded by cudal2.sandbox.lt_algo): the same tile,
+                  cluster and split-K where the family can express them (`like_cublaslt`), not yet measured there.
+                  cuBLAS's own choice is a strong start where it beats every config of the store.
     rerender      no search: after a family's code changed (so some configs render a source other than the one
                   stored), each target shape gets today's render of its RERENDER_PER_SHAPE fastest such stale configs
                   measured within RERENDER_WITHIN_US of the shape's fastest. Configs whose render is unchanged are
@@ -48,6 +52,7 @@ from enum import Enum
 from typing import Any
 
 from cudal2.kernels.family import KernelFamily, Tiling, config_name, config_params
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Task
 
 EXPLORE = 0.25  # evolutionary: share of proposals sampled at random
@@ -81,11 +86,17 @@ class Strategy(str, Enum):
     FILL = "fill"
     RERENDER = "rerender"
     NEIGHBOURS = "neighbours"
+    CUBLASLT = "cublaslt"
 
     @property
     def plans_from_store(self) -> bool:
         """Plans once from every shape the store holds (the tuner's warm start feeds it all of them)."""
         return self in (Strategy.TRANSFER, Strategy.FILL)
+
+    @property
+    def reads_cublaslt_algos(self) -> bool:
+        """Needs the cuBLASLt algorithms the store holds for the targets (RandomSearch.observe_cublaslt)."""
+        return self is Strategy.CUBLASLT
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,9 @@ class RandomSearch:
         """A time from the store (the tuner's warm start); `current`: the stored source is the one `candidate`
         renders today (False after its family's code changed)."""
         self.observe(candidate, task, median_us)
+
+    def observe_cublaslt(self, task: Task, lt: LtAlgo) -> None:
+        """The cuBLASLt algorithm the harness autotuned on `task`; only the cublaslt strategy plans from it."""
 
     def _sample(self) -> Candidate:
         family = self.rng.choice(self.families)
@@ -349,19 +363,30 @@ class RerenderSearch(PlannedSearch):
                 picks.add(cand, rank, target)
 
 
-class NeighboursSearch(PlannedSearch):
-    """Every valid one-parameter change of each target's fastest stored config (see the module docstring)."""
+class _FreshPlan(PlannedSearch):
+    """A planned search that proposes a config for a shape only if it was never measured there (any render)."""
 
-    warm_configs = 1_000_000  # every stored config: a neighbour measured far down a shape's list is not proposed
+    warm_configs = 1_000_000  # every stored config: one measured far down a shape's list is not proposed again
 
-    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str):
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
         super().__init__(families, rng, targets)
-        self.arch = arch
-        self._measured: dict[Task, set[str]] = {}  # shape -> names of the configs measured there (any render)
+        self._measured: dict[Task, set[str]] = {}  # shape -> names of the configs measured there
 
     def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
         super().observe(candidate, task, median_us)
         self._measured.setdefault(task, set()).add(candidate.name)
+
+    def _fresh(self, cand: Candidate, target: Task) -> bool:
+        """Not measured on `target` yet, and its family takes the shape."""
+        return cand.name not in self._measured.get(target, set()) and cand.family.supports(cand.cfg, target) is None
+
+
+class NeighboursSearch(_FreshPlan):
+    """Every valid one-parameter change of each target's fastest stored config (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str):
+        super().__init__(families, rng, targets)
+        self.arch = arch
 
     def _pick(self, picks: _Picks) -> None:
         neighbours: dict[str, list[Candidate]] = {}  # per incumbent: shapes often share one
@@ -371,9 +396,8 @@ class NeighboursSearch(PlannedSearch):
             incumbent = self.elites[target][0][1]
             if incumbent.name not in neighbours:
                 neighbours[incumbent.name] = self._neighbours(incumbent)
-            measured = self._measured.get(target, set())
             for cand in neighbours[incumbent.name]:
-                if cand.name not in measured and cand.family.supports(cand.cfg, target) is None:
+                if self._fresh(cand, target):
                     picks.add(cand, 0, target)
 
     def _neighbours(self, parent: Candidate) -> list[Candidate]:
@@ -389,6 +413,27 @@ class NeighboursSearch(PlannedSearch):
                 if family.prune(cfg, self.arch) is None:
                     out.append(Candidate(family, cfg))
         return out
+
+
+class CublasLtSearch(_FreshPlan):
+    """The configs nearest to cuBLASLt's autotuned algorithm on each target (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
+        super().__init__(families, rng, targets)
+        self._algos: dict[Task, LtAlgo] = {}
+
+    def observe_cublaslt(self, task: Task, lt: LtAlgo) -> None:
+        self._algos[task] = lt
+
+    def _pick(self, picks: _Picks) -> None:
+        for target in self.targets:
+            if target not in self._algos:
+                continue  # no cuBLASLt baseline stored there yet
+            for family in self.families:
+                for rank, cfg in enumerate(family.like_cublaslt(self._algos[target])):  # rank: most faithful first
+                    cand = Candidate(family, cfg)
+                    if self._fresh(cand, target):
+                        picks.add(cand, rank, target)
 
 
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
@@ -457,4 +502,6 @@ def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
         return RerenderSearch(families, rng, targets)
     if kind is Strategy.NEIGHBOURS:
         return NeighboursSearch(families, rng, targets, arch)
+    if kind is Strategy.CUBLASLT:
+        return CublasLtSearch(families, rng, targets)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

@@ -9,7 +9,8 @@
 #           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
-#           with MNK >= 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket),
+#           with MNK >= 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket), CUBLASLT_MINUTES (default 0) of
+#           `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of CUBLASLT_SHAPES (data/grid.csv),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -130,6 +131,10 @@ if [[ $what == grid ]]; then
       > "$subset"
     grid_tune --shapes "$subset" --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
       --budget-minutes "$NEIGHBOURS_MINUTES"
+  fi
+  if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most
+    grid_tune --shapes "${CUBLASLT_SHAPES:-data/grid.csv}" --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
+      --budget-minutes "$CUBLASLT_MINUTES"
   fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
     grid_tune --shapes data/grid.csv --strategy fill --budget-minutes "$FILL_MINUTES"

@@ -21,6 +21,8 @@ from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.evaluator import source_hash
+from cudal2.sandbox.harness_build import find_cublas
+from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtAlgo
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
@@ -34,6 +36,7 @@ from cudal2.tune_search import (
     RERENDER_PER_SHAPE,
     RERENDER_WITHIN_US,
     Candidate,
+    CublasLtSearch,
     EvolutionarySearch,
     FillSearch,
     NeighboursSearch,
@@ -310,6 +313,46 @@ def test_neighbours_step_one_parameter_from_each_shapes_fastest_config():
     assert plan[0].shapes == (big, other)  # those shared by the most shapes first
     assert _sm90(bk=128, stages=0).name in by_name and _sm90(acc="fp16").name not in by_name  # fp32 tasks
     assert all(tiny_n not in p.shapes for p in plan)  # K % 8 != 0: no sm90 config supports it (TMA)
+
+
+def test_cublaslt_plans_the_configs_like_each_shapes_algorithm():
+    a, b, without = Task(256, 512, 12288), Task(512, 256, 12288), Task(64, 64, 64)
+    search = CublasLtSearch((SM80, SM90, SMALL), random.Random(0), (a, b, without))
+    lt = LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2)
+    likes = [Candidate(SM90, c) for c in SM90.like_cublaslt(lt)]
+    search.observe_stored(likes[0], a, 15.0, current=True)  # measured on `a` already
+    search.observe_cublaslt(a, lt)
+    search.observe_cublaslt(b, lt)  # `without`: no cuBLASLt algorithm stored there
+    plan = [p for p in iter(search.propose, None)]
+    assert [p.candidate.name for p in plan] == [c.name for c in likes]  # rank order; sm80 and small have none
+    by_name = {p.candidate.name: p.shapes for p in plan}
+    assert by_name[likes[0].name] == (b,) and by_name[likes[1].name] == (a, b)
+
+
+def test_cublaslt_needs_a_gpus_stored_algorithms(tmp_path):
+    with pytest.raises(tune.TuneInputError, match="needs a GPU, not --compile-only"):
+        tune.run(_options(tmp_path, strategy=Strategy.CUBLASLT), TWO_SHAPES)
+
+
+@pytest.mark.skipif(find_cublas() is None, reason="no cuBLAS headers/libraries (set CUDAL2_CUBLAS_HOME)")
+def test_cublaslt_tuner_starts_from_the_stored_algorithm(tmp_path, monkeypatch):
+    """The tuner decodes the algorithm the harness stored for a shape on this GPU and proposes its nearest config."""
+    from tests.sandbox.test_lt_algo import H200_256x512x12288
+
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    shape, other = Task(256, 512, 12288), Task(512, 512, 512)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.put_algo(shape, FAKE_GPU.label, CUBLASLT_AUTOTUNED, H200_256x512x12288, 11.56)
+        store.put_algo(other, "another GPU", CUBLASLT_AUTOTUNED, H200_256x512x12288, 5.0)
+    options = _options(tmp_path, families=("all",), strategy=Strategy.CUBLASLT, compile_only=False)
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        tuner = tune.Tuner(options, [shape, other], store, log, out=lambda line: None)
+        first = tuner.strategy.propose()
+        assert first.candidate.name == config_name(SM90, SM90.like_cublaslt(LtAlgo(66, 64, 96, 5, "", 4, 2))[0])
+        assert first.shapes == (shape,)  # `other`'s algorithm is another GPU's
+        store.put_algo(shape, FAKE_GPU.label, CUBLASLT_AUTOTUNED, "00" * 63, 11.0)
+        with pytest.raises(tune.TuneInputError, match="cuBLASLt algorithm of 256x512x12288: .*64 bytes"):
+            tune.Tuner(options, [shape], store, log, out=lambda line: None)
 
 
 def test_rerender_takes_a_shapes_fastest_stale_configs_first_up_to_its_cap():

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, Protocol
 
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Task
 
 
@@ -71,6 +72,11 @@ class KernelFamily(Protocol):
     def supports(self, cfg: Any, task: Task) -> str | None: ...
 
     def tiling(self, cfg: Any) -> Tiling: ...
+
+    def like_cublaslt(self, lt: LtAlgo) -> list[Any]:
+        """Configs of this family nearest to a cuBLASLt algorithm (tile, split-K, cluster), most faithful first; []
+        when the family cannot express one (`tune --strategy cublaslt` starts from them)."""
+        ...
 
 
 # Field metadata of a parameter added to a family after results were stored: at its default it is left out of the

@@ -29,6 +29,7 @@ from typing import Any
 
 from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
 
 # Shared memory, bytes: (opt-in maximum per block, per SM). sm_80: 163 KB / 164 KB; sm_86/89: 99 / 100 KB;
@@ -193,6 +194,11 @@ class Sm80Family:
 
     def tiling(self, cfg: Sm80Config) -> Tiling:
         return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.reduce is Reduce.CLUSTER)
+
+    def like_cublaslt(self, lt: LtAlgo) -> list[Sm80Config]:
+        """No config: cuBLASLt's choices on sm_90 are wgmma kernels with TMA-multicast clusters, which mma.sync kernels
+        have no counterpart for (their tile and split-K alone would mimic the wrong kernel)."""
+        return []
 
     def render(self, cfg: Sm80Config) -> str:
         if not isinstance(cfg, Sm80Config):

@@ -32,12 +32,14 @@ N % 8 == 0); `supports` refuses other shapes with that reason and the tuner pick
 
 from __future__ import annotations
 
+import math
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
 
 ARCH = "sm_90a"
@@ -193,6 +195,11 @@ def acc_regs(cfg: Sm90Config) -> int:
     return per_thread if cfg.acc is Acc.FP32 else per_thread // 2
 
 
+def _nearest(values: tuple[int, ...], x: int) -> int:
+    """The value of `values` closest to x in log2 (ties: the smaller)."""
+    return min(values, key=lambda v: (abs(math.log2(v / x)), v))
+
+
 # -------------------------------------------------------------------------------------------------- family
 
 
@@ -243,6 +250,32 @@ class Sm90Family:
         if (smem := smem_bytes(cfg)) > SMEM_CAPACITY:
             return f"needs ~{smem} bytes of shared memory ({stages} stages); an sm_90 CTA has {SMEM_CAPACITY}"
         return None
+
+    def like_cublaslt(self, lt: LtAlgo) -> list[Sm90Config]:
+        """The valid configs nearest to cuBLASLt's tile, cluster and split-K, most faithful first. Cluster and split
+        count round to the space's nearest values (log2); the tile is the nearest (BM, BN) pair, by summed log2
+        distance, that makes a valid config (256x192 would spill, say; a 64-row tile has no split-K: pingpong lacks
+        the stream-K scheduler). With split-K the atomic, then the ordered reduction; each with the TMA, then the
+        no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt left the tile open."""
+        if not (lt.tile_m and lt.tile_n):
+            return []
+        splits = _nearest(SPACE["splits"], lt.splits)
+        reductions = (Reduction.ATOMIC, Reduction.ORDERED) if splits > 1 else (Reduction.ORDERED,)
+        tiles = sorted(((bm, bn) for bm in SPACE["bm"] for bn in SPACE["bn"]),
+                       key=lambda t: (abs(math.log2(t[0] / lt.tile_m)) + abs(math.log2(t[1] / lt.tile_n)), t))
+        for bm, bn in tiles:
+            base = Sm90Config(
+                bm=bm, bn=bn, bk=64,
+                cluster_m=_nearest(SPACE["cluster_m"], max(lt.cluster_m, 1)),
+                cluster_n=_nearest(SPACE["cluster_n"], max(lt.cluster_n, 1)),
+                schedule=Schedule.COOPERATIVE if bm >= 128 else Schedule.PINGPONG,
+                scheduler=Scheduler.STREAMK if splits > 1 else Scheduler.PERSISTENT,
+                epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32, splits=splits,
+            )
+            out = [replace(base, reduction=r, epilogue=e) for r in reductions for e in Epilogue]
+            if valid := [c for c in out if self.prune(c, ARCH) is None]:
+                return valid
+        return []
 
     def supports(self, cfg: Sm90Config, task: Task) -> str | None:
         if task.acc is Acc.FP32 and cfg.acc is Acc.FP16:

@@ -21,6 +21,7 @@ from typing import Any
 
 from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
 
 MAX_THREADS = 1024
@@ -129,6 +130,10 @@ class SmallFamily:
     def tiling(self, cfg: SmallConfig) -> Tiling:
         # One block per output tile; its warps_k warp groups each take k_unroll 32-wide K steps per batch.
         return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k)
+
+    def like_cublaslt(self, lt: LtAlgo) -> list[SmallConfig]:
+        """No config: one lean launch, with no tile or split-K choice that cuBLASLt's algorithms map onto."""
+        return []
 
     def render(self, cfg: SmallConfig) -> str:
         if not isinstance(cfg, SmallConfig):

@@ -22,6 +22,7 @@ from pathlib import Path
 from cudal2.sandbox import compiler, static_check
 from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu
 from cudal2.sandbox.harness_build import HarnessBuildError, harness_path
+from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED
 from cudal2.sandbox.runner import HarnessRun, RunLimits, run_harness
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import (
@@ -186,7 +187,7 @@ class Evaluator:
             f"max_reps {o.max_reps}", f"qps {o.target_qps}", f"tol_fp32 {o.tol_fp32}", f"tol_fp16 {o.tol_fp16}",
         ]
         for t in tasks:
-            algo = self.store.get_algo(t, self.gpu_label, "cublaslt_autotuned") if self.store else None
+            algo = self.store.get_algo(t, self.gpu_label, CUBLASLT_AUTOTUNED) if self.store else None
             lines.append(f"task {t.m} {t.n} {t.k} {t.acc.value} {algo or '-'}")
         return lines
 
@@ -198,7 +199,7 @@ class Evaluator:
         results, algos = measure([str(harness), lib], tasks, self._spec, self.gpu.index, self.options.limits)
         if self.store is not None:
             for task, (algo, median_us) in algos.items():
-                self.store.put_algo(task, self.gpu_label, "cublaslt_autotuned", algo, median_us)
+                self.store.put_algo(task, self.gpu_label, CUBLASLT_AUTOTUNED, algo, median_us)
         return results
 
 

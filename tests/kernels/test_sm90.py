@@ -32,6 +32,7 @@ from cudal2.kernels.sm90 import (
 )
 from cudal2.sandbox.compiler import nvcc_flags
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
+from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.runner import RunLimits
 from cudal2.sandbox.static_check import check_source
 from cudal2.sandbox.types import Acc, Status, Task
@@ -246,6 +247,28 @@ def test_a_forced_raster_order_is_set_and_the_heuristic_adds_nothing():
             assert f"rasterisation swizzle 4 along {order[-1]}," in src and check_source(src) == []
             assert config_name(FAMILY, forced).endswith(f"-raster{raster.value}")
             assert FAMILY.prune(forced, ARCH) is None
+
+
+def test_configs_like_a_cublaslt_algorithm():
+    # cuBLASLt on 256x512x12288 (H200): a 64x96 tile, split-K 5, a 4x2 cluster (tests/sandbox/test_lt_algo.py).
+    likes = FAMILY.like_cublaslt(LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2))
+    first = likes[0]
+    assert (first.bn, first.cluster_m, first.cluster_n, first.splits) == (96, 4, 2, 5)
+    assert first.bm == 128 and first.schedule is Schedule.COOPERATIVE  # 64 rows have no split-K (pingpong)
+    assert first.scheduler is Scheduler.STREAMK and first.reduction is Reduction.ATOMIC
+    assert [(c.reduction, c.epilogue) for c in likes] == [(r, e) for r in (Reduction.ATOMIC, Reduction.ORDERED)
+                                                          for e in Epilogue]
+    assert all(FAMILY.prune(c, ARCH) is None for c in likes)
+    # Rounded to the space in log2: 7 ranges -> 8, an 80-wide tile -> 96; without a split: persistent.
+    (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 80, 7, "fp32 workspace", 2, 1))
+    assert (odd.bm, odd.bn, odd.splits, odd.cluster_m, odd.cluster_n) == (128, 96, 8, 2, 1)
+    (plain, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 32, 1, "none", 2, 4))
+    assert (plain.schedule, plain.scheduler, plain.reduction) == (Schedule.PINGPONG, Scheduler.PERSISTENT,
+                                                                  Reduction.ORDERED)
+    # 192x192 rounds to 256x192, whose accumulators would spill: the nearest valid tile instead.
+    (big, *_) = FAMILY.like_cublaslt(LtAlgo(66, 192, 192, 1, "none", 1, 2))
+    assert (big.bm, big.bn) == (128, 192) and acc_regs(big) <= 128
+    assert FAMILY.like_cublaslt(LtAlgo(66, 0, 0, 1, "none", 0, 0)) == []  # tile left open: nothing to follow
 
 
 def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
