@@ -52,9 +52,12 @@ def _library() -> tuple[ctypes.CDLL, dict[int, tuple[int, int]], dict[int, tuple
     where = find_cublas()
     if where is None:
         raise LtDecodeError("no cuBLAS library and headers to decode cuBLASLt algorithms with (set CUDAL2_CUBLAS_HOME)")
-    lib = ctypes.CDLL(str(sorted(where.lib.glob("libcublasLt.so*"))[0]))
+    try:
+        lib = ctypes.CDLL(str(sorted(where.lib.glob("libcublasLt.so*"))[0]))
+        header = (where.include / "cublasLt.h").read_text()
+    except OSError as e:
+        raise LtDecodeError(f"cannot load cuBLASLt from {where.lib}: {e}") from None
     lib.cublasLtMatmulAlgoConfigGetAttribute.restype = ctypes.c_int
-    header = (where.include / "cublasLt.h").read_text()
     return lib, _enum_dims(header, "CUBLASLT_MATMUL_TILE_"), _enum_dims(header, "CUBLASLT_CLUSTER_SHAPE_")
 
 
@@ -85,4 +88,3 @@ def decode(algo_hex: str) -> LtAlgo:
     cluster_n, cluster_m = clusters.get(values["cluster"], (0, 0))
     return LtAlgo(values["algo"], tile_m, tile_n, max(values["splits"], 1),
                   REDUCTIONS.get(values["reduction"], str(values["reduction"])), cluster_m, cluster_n)
-
