@@ -13,8 +13,11 @@ from pathlib import Path
 
 # The answers the tiny policy is fit to: complete candidates, short enough for a CPU smoke run (~260 tokens with the
 # tiny tokenizer), in a few variants so that sampling gives different kernels with different rewards: two block
-# sizes (correct, unequally fast) and one that accumulates in half precision (fails the fp32-accuracy check once K is
-# large). GRPO then has something to learn even on the GPU, where every correct naive kernel is equally slow.
+# sizes (correct, unequally fast), one that accumulates in half precision (fails the fp32-accuracy check once K is
+# large) and one that does not compile (an undeclared name). GRPO then has something to learn even on the GPU, where
+# every correct naive kernel is equally slow, and on the CPU's compile-only reward, where the three others score
+# alike: without the broken one, a tiny policy that had learnt its answers well got the same reward on all of them,
+# so zero advantages and no update.
 _KERNEL = """#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 __global__ void k(const half* A, const half* B, half* C, int M, int N, int K) {
@@ -33,20 +36,23 @@ extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N,
 _A, _B = "A[(size_t)m * K + i]", "B[(size_t)n * K + i]"
 
 
-def compact_kernel(threads: int = 128, half_accumulate: bool = False) -> str:
-    """The naive one-output-per-thread kernel with `threads` per block; fp32 (or half) accumulation."""
+def compact_kernel(threads: int = 128, half_accumulate: bool = False, compiles: bool = True) -> str:
+    """The naive one-output-per-thread kernel with `threads` per block; fp32 (or half) accumulation; with
+    compiles=False the loop adds into `sum`, which is never declared."""
     if half_accumulate:
         acc, a, b = "half", _A, _B
     else:
         acc, a, b = "float", f"__half2float({_A})", f"__half2float({_B})"
-    return (_KERNEL.replace("{acc}", acc).replace("{a}", a).replace("{b}", b)
-            .replace("{threads_m1}", str(threads - 1)).replace("{threads}", str(threads)))
+    source = (_KERNEL.replace("{acc}", acc).replace("{a}", a).replace("{b}", b)
+              .replace("{threads_m1}", str(threads - 1)).replace("{threads}", str(threads)))
+    return source if compiles else source.replace("i) s +=", "i) sum +=")
 
 
 COMPACT_KERNEL = compact_kernel()  # the plain, correct one
-VARIANTS = (compact_kernel(128), compact_kernel(256), compact_kernel(128, half_accumulate=True))
+VARIANTS = (compact_kernel(128), compact_kernel(256), compact_kernel(128, half_accumulate=True),
+            compact_kernel(256, compiles=False))
 MARKER = "cudal2_warm_started"
-WARM_VERSION = "3"
+WARM_VERSION = "4"
 WARM_STEPS = 150 * len(VARIANTS)  # optimizer steps; fewer leave the tiny model mixing the answers up  # bump when the answers change: a policy warmed on other answers is warmed again
 
 
