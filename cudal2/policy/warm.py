@@ -52,8 +52,8 @@ COMPACT_KERNEL = compact_kernel()  # the plain, correct one
 VARIANTS = (compact_kernel(128), compact_kernel(256), compact_kernel(128, half_accumulate=True),
             compact_kernel(256, compiles=False))
 MARKER = "cudal2_warm_started"
-WARM_VERSION = "4"
-WARM_STEPS = 150 * len(VARIANTS)  # optimizer steps; fewer leave the tiny model mixing the answers up  # bump when the answers change: a policy warmed on other answers is warmed again
+WARM_VERSION = "4"  # bump when the answers change: a policy warmed on other answers is warmed again
+WARM_STEPS = 150 * len(VARIANTS)  # optimizer steps; fewer leave the tiny model mixing the answers up
 
 
 def warm_answer(source: str = COMPACT_KERNEL) -> str:
