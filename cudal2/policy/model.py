@@ -5,7 +5,7 @@
 once with a one-line `PolicyLoadError` instead of hanging on a network that is not there.
 
 `cfg.model == "tiny-local"` builds (once; reused afterwards) a tiny random `Qwen2ForCausalLM` with a byte-level
-BPE tokenizer trained in-process on the seed kernels and the README, and a Qwen-style chat template. It knows
+BPE tokenizer trained in-process on the seed kernels and the prompt's text, and a Qwen-style chat template. It knows
 nothing; it exists so that the whole pipeline (prompt -> generate -> extract -> reward -> GRPO step) runs on a
 CPU in seconds.
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TINY_MARKER = "cudal2-tiny-policy.json"  # written last: a directory without it is an unfinished build
-TINY_VERSION = 1
+TINY_VERSION = 2  # bump when the tiny model or its tokenizer's corpus changes: cached builds are then rebuilt
 TINY_VOCAB = 2000
 TINY_MAX_POSITIONS = 8192
 TINY_SEED = 1234
@@ -61,13 +61,12 @@ def _one_line(e: BaseException, limit: int = 200) -> str:
 
 
 def _tiny_corpus() -> list[str]:
-    """Training text for the tiny tokenizer: the seed kernels, the README and the prompt's own rules."""
+    """Training text for the tiny tokenizer: the seed kernels and the prompt's own text. Not the README (it was, up to
+    TINY_VERSION 1): every README edit then retrained the tokenizer, and with it changed what the tiny policy writes
+    in the CPU smoke runs and tests."""
     from cudal2.policy import prompt
 
     texts = [p.read_text(errors="replace") for p in sorted((REPO_ROOT / "kernels" / "seed").glob("*.cu"))]
-    readme = REPO_ROOT / "README.md"
-    if readme.is_file():
-        texts.append(readme.read_text(errors="replace"))
     texts.append(prompt.SYSTEM_INTRO + "\n" + prompt.SIGNATURE + "\n" + "\n".join(prompt.RULES))
     # Line-sized pieces: the BPE trainer counts words per item, and many items train as fast as few.
     return [line for text in texts for line in text.splitlines(keepends=True) if line.strip()]

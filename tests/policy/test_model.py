@@ -149,3 +149,15 @@ def test_tiny_path_occupied_by_something_else(tmp_path: Path) -> None:
     with pytest.raises(PolicyLoadError, match="not empty"):
         load_policy(PolicyConfig(tiny_path=str(tmp_path / "occupied"), device="cpu"))
     assert os.listdir(tmp_path / "occupied") == ["notes.txt"]
+
+
+def test_tiny_tokenizer_corpus_does_not_follow_the_readme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny policy must not change when the README is edited: its tokenizer (and so every CPU smoke run's
+    samples) once did, and a README edit left GRPO with 16 alike rewards and nothing to learn."""
+    from cudal2.policy import model
+
+    expected = model._tiny_corpus()
+    (tmp_path / "kernels").symlink_to(model.REPO_ROOT / "kernels")
+    (tmp_path / "README.md").write_text("an edited README: words the tokenizer must not learn\n" * 50)
+    monkeypatch.setattr(model, "REPO_ROOT", tmp_path)
+    assert model._tiny_corpus() == expected
