@@ -195,7 +195,7 @@ def acc_regs(cfg: Sm90Config) -> int:
     return per_thread if cfg.acc is Acc.FP32 else per_thread // 2
 
 
-def _nearest(values: tuple[int, ...], x: int) -> int:
+def _nearest(values: tuple[int, ...], x: float) -> int:
     """The value of `values` closest to x in log2 (ties: the smaller)."""
     return min(values, key=lambda v: (abs(math.log2(v / x)), v))
 
@@ -252,11 +252,16 @@ class Sm90Family:
         return None
 
     def like_cublaslt(self, lt: LtAlgo) -> list[Sm90Config]:
-        """The valid configs nearest to cuBLASLt's tile, cluster and split-K, most faithful first. Cluster and split
-        count round to the space's nearest values (log2); the tile is the nearest (BM, BN) pair, by summed log2
-        distance, that makes a valid config (256x192 would spill, say; a 64-row tile has no split-K: pingpong lacks
-        the stream-K scheduler). With split-K the atomic, then the ordered reduction; each with the TMA, then the
-        no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt left the tile open."""
+        """The valid configs nearest to cuBLASLt's tile, cluster and split-K, most faithful first. The split count
+        rounds to the space's nearest value (log2); the tile is the nearest (BM, BN) pair, by summed log2 distance,
+        that makes a valid config (256x192 would spill, say; a 64-row tile has no split-K: pingpong lacks the
+        stream-K scheduler). The cluster keeps cuBLASLt's cluster footprint (cluster x tile, in output elements)
+        rather than its CTA counts: where the tile grows, the cluster shrinks. cuBLASLt's 64x96 tile in a 4x2 cluster
+        on 256x512x12288 becomes 128x96 in 2x2, not 4x2, whose 4 rows of 128 overhang the shape's 2 row tiles (31.2
+        us there against 16.3 us without a cluster; over the store, an overhanging cluster ran a median 1.36x slower
+        than the same config clipped, RESULTS ninth session). With split-K the atomic, then the ordered reduction;
+        each with the TMA, then the no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt
+        left the tile open."""
         if not (lt.tile_m and lt.tile_n):
             return []
         splits = _nearest(SPACE["splits"], lt.splits)
@@ -266,8 +271,8 @@ class Sm90Family:
         for bm, bn in tiles:
             base = Sm90Config(
                 bm=bm, bn=bn, bk=64,
-                cluster_m=_nearest(SPACE["cluster_m"], max(lt.cluster_m, 1)),
-                cluster_n=_nearest(SPACE["cluster_n"], max(lt.cluster_n, 1)),
+                cluster_m=_nearest(SPACE["cluster_m"], max(lt.cluster_m, 1) * lt.tile_m / bm),
+                cluster_n=_nearest(SPACE["cluster_n"], max(lt.cluster_n, 1) * lt.tile_n / bn),
                 schedule=Schedule.COOPERATIVE if bm >= 128 else Schedule.PINGPONG,
                 scheduler=Scheduler.STREAMK if splits > 1 else Scheduler.PERSISTENT,
                 epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32, splits=splits,

@@ -253,8 +253,10 @@ def test_configs_like_a_cublaslt_algorithm():
     # cuBLASLt on 256x512x12288 (H200): a 64x96 tile, split-K 5, a 4x2 cluster (tests/sandbox/test_lt_algo.py).
     likes = FAMILY.like_cublaslt(LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2))
     first = likes[0]
-    assert (first.bn, first.cluster_m, first.cluster_n, first.splits) == (96, 4, 2, 5)
+    assert (first.bn, first.splits) == (96, 5)
     assert first.bm == 128 and first.schedule is Schedule.COOPERATIVE  # 64 rows have no split-K (pingpong)
+    # The cluster keeps cuBLASLt's footprint of 256x192 outputs: twice the rows per CTA, half the CTAs along M.
+    assert (first.cluster_m, first.cluster_n) == (2, 2)
     assert first.scheduler is Scheduler.STREAMK and first.reduction is Reduction.ATOMIC
     assert [(c.reduction, c.epilogue) for c in likes] == [(r, e) for r in (Reduction.ATOMIC, Reduction.ORDERED)
                                                           for e in Epilogue]
@@ -268,6 +270,7 @@ def test_configs_like_a_cublaslt_algorithm():
     # 192x192 rounds to 256x192, whose accumulators would spill: the nearest valid tile instead.
     (big, *_) = FAMILY.like_cublaslt(LtAlgo(66, 192, 192, 1, "none", 1, 2))
     assert (big.bm, big.bn) == (128, 192) and acc_regs(big) <= 128
+    assert (big.cluster_m, big.cluster_n) == (2, 2)  # 192 rows in 128-row tiles: 1.5 rounds to 2 in log2
     assert FAMILY.like_cublaslt(LtAlgo(66, 0, 0, 1, "none", 0, 0)) == []  # tile left open: nothing to follow
 
 
