@@ -318,7 +318,7 @@ def test_neighbours_step_one_parameter_from_each_shapes_fastest_config():
 def test_cublaslt_plans_the_configs_like_each_shapes_algorithm():
     a, b, without = Task(256, 512, 12288), Task(512, 256, 12288), Task(64, 64, 64)
     search = CublasLtSearch((SM80, SM90, SMALL), random.Random(0), (a, b, without))
-    lt = LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2)
+    lt = LtAlgo(66, 64, 96, 6, "fp32 workspace", 4, 2)  # 6 and 8 K ranges: both divide K = 12288 in whole rows
     likes = [Candidate(SM90, c) for c in SM90.like_cublaslt(lt)]
     search.observe_stored(likes[0], a, 15.0, current=True)  # measured on `a` already
     search.observe_cublaslt(a, lt)
@@ -348,7 +348,10 @@ def test_cublaslt_tuner_starts_from_the_stored_algorithm(tmp_path, monkeypatch):
     with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
         tuner = tune.Tuner(options, [shape, other], store, log, out=lambda line: None)
         first = tuner.strategy.propose()
-        assert first.candidate.name == config_name(SM90, SM90.like_cublaslt(LtAlgo(66, 64, 96, 5, "", 4, 2))[0])
+        # cuBLASLt split K = 12288 in 5: as a batch that needs K % 40 == 0, so the first is the 4-range batch.
+        likes = SM90.like_cublaslt(LtAlgo(66, 64, 96, 5, "", 4, 2))
+        assert first.candidate.name == config_name(SM90, next(c for c in likes if SM90.supports(c, shape) is None))
+        assert first.candidate.cfg.splits == 4
         assert first.shapes == (shape,)  # `other`'s algorithm is another GPU's
         store.put_algo(shape, FAKE_GPU.label, CUBLASLT_AUTOTUNED, "00" * 63, 11.0)
         with pytest.raises(tune.TuneInputError, match="cuBLASLt algorithm of 256x512x12288: .*64 bytes"):

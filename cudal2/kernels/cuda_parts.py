@@ -1,4 +1,4 @@
-"""CUDA source fragments shared by the generated mma.sync families (sm80_mma, small_mma).
+"""CUDA source fragments shared by the generated families (sm80_mma, small_mma; sm90_wgmma takes the split-K reduction).
 
 Each constant is a block of readable CUDA C++ that a family pastes into its rendered source, so that the PTX
 wrappers, the accumulator fragment and the guarded epilogue are written (and reviewed) once. Nothing here is
@@ -175,3 +175,38 @@ def constants(rows: list[tuple[str, str, str, str]]) -> str:
     width = max(len(c) for c in code) + 2
     return "\n".join(f"{c:<{width}}// {comment}" for c, (*_, comment) in zip(code, rows, strict=True))
 
+
+# The second kernel of split-K through a workspace (sm80_mma, and sm90_wgmma's split-K as a batch): sums the fp32
+# partial slices into half C. The including source defines REDUCE_THREADS.
+SPLITK_REDUCE = """\
+// C[i] = half(sum over splits s = 0, 1, ... of ws[s][i]) over the flattened M*N elements (C's rows are N apart,
+// like the slabs'), summed in split order: bitwise reproducible. vec4: MN % 4 == 0, ws 16-byte and C 4-byte aligned.
+__global__ void __launch_bounds__(REDUCE_THREADS)
+splitk_reduce(const float* __restrict__ ws, half* __restrict__ C, long long MN, int splits, int vec4) {
+    const long long stride = (long long)gridDim.x * REDUCE_THREADS;
+    const long long first = (long long)blockIdx.x * REDUCE_THREADS + threadIdx.x;
+    if (vec4) {
+        const float4* w4 = reinterpret_cast<const float4*>(ws);
+        const long long quads = MN / 4;
+        for (long long q = first; q < quads; q += stride) {
+            float4 s = w4[q];
+            for (int z = 1; z < splits; ++z) {
+                const float4 p = w4[(size_t)z * quads + q];
+                s.x += p.x;
+                s.y += p.y;
+                s.z += p.z;
+                s.w += p.w;
+            }
+            half2* c2 = reinterpret_cast<half2*>(C + 4 * q);
+            c2[0] = __floats2half2_rn(s.x, s.y);
+            c2[1] = __floats2half2_rn(s.z, s.w);
+        }
+    } else {
+        for (long long i = first; i < MN; i += stride) {
+            float s = ws[i];
+            for (int z = 1; z < splits; ++z) s += ws[(size_t)z * MN + i];
+            C[i] = __float2half_rn(s);
+        }
+    }
+}
+"""

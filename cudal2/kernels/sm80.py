@@ -275,7 +275,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
-    return {**values, "constants": cuda_parts.constants(constant_rows)}
+    return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": cuda_parts.SPLITK_REDUCE}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"
@@ -629,37 +629,7 @@ sm80_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* 
     }
 }
 
-// C[i] = half(sum over splits s = 0, 1, ... of ws[s][i]) over the flattened M*N elements (C's rows are N apart,
-// like the slabs'), summed in split order: bitwise reproducible. vec4: MN % 4 == 0, ws 16-byte and C 4-byte aligned.
-__global__ void __launch_bounds__(REDUCE_THREADS)
-splitk_reduce(const float* __restrict__ ws, half* __restrict__ C, long long MN, int splits, int vec4) {
-    const long long stride = (long long)gridDim.x * REDUCE_THREADS;
-    const long long first = (long long)blockIdx.x * REDUCE_THREADS + threadIdx.x;
-    if (vec4) {
-        const float4* w4 = reinterpret_cast<const float4*>(ws);
-        const long long quads = MN / 4;
-        for (long long q = first; q < quads; q += stride) {
-            float4 s = w4[q];
-            for (int z = 1; z < splits; ++z) {
-                const float4 p = w4[(size_t)z * quads + q];
-                s.x += p.x;
-                s.y += p.y;
-                s.z += p.z;
-                s.w += p.w;
-            }
-            half2* c2 = reinterpret_cast<half2*>(C + 4 * q);
-            c2[0] = __floats2half2_rn(s.x, s.y);
-            c2[1] = __floats2half2_rn(s.z, s.w);
-        }
-    } else {
-        for (long long i = first; i < MN; i += stride) {
-            float s = ws[i];
-            for (int z = 1; z < splits; ++z) s += ws[(size_t)z * MN + i];
-            C[i] = __float2half_rn(s);
-        }
-    }
-}
-
+${splitk_reduce}
 struct SplitPlan {
     int splits;            // K ranges actually used (>= 1), none empty
     int slices_per_split;  // BK slices per range

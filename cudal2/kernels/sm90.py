@@ -18,6 +18,11 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               stream-K sources zero their barrier flags with a kernel of their own, not CUTLASS's memset (a memset
               node costs ~2.3 us per call in graph replay, a kernel node ~0.6 us: benchmarks/graph_gap.cu);
               either scheduler walks the tiles along M or along N as `raster` forces, or as CUTLASS's heuristic picks
+    split-K   `splits` > 1 under the persistent scheduler runs split-K as a batch instead, for either kernel (so also
+              64-row pingpong tiles, which the stream-K scheduler lacks; cuBLASLt splits its 64-row tiles so on the
+              skinny long-K shapes): batch l of the GEMM is K range l (an L stride of K/splits elements), its fp32
+              partial goes to slice l of the workspace, and a second kernel of the source sums the slices in order
+              into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N)
 
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
@@ -48,7 +54,8 @@ ARCH = "sm_90a"
 SMEM_CAPACITY = 232448
 # Per-stage mainloop overhead: PipelineTmaAsync's full and empty mbarriers (2 x 8 bytes), as CUTLASS counts it.
 STAGE_BARRIER_BYTES = 16
-# The TMA epilogue's shared storage beyond its D buffers (the 1024-byte alignment of swizzled smem, its barriers).
+# The TMA epilogue's shared storage beyond its D buffers (the 1024-byte alignment of swizzled smem, its barriers), for
+# half D; CUTLASS takes twice that for fp32 D (split-K as a batch), measured with probe_source() on two configs.
 EPILOGUE_SMEM_PAD = 1024
 # Kernel shared storage besides the mainloop stages and the epilogue (pipeline, scheduler and order barriers),
 # rounded up. Both constants are measured with probe_source() (sizeof(GemmKernel::SharedStorage), nvcc 13.0 +
@@ -161,8 +168,19 @@ def stage_bytes(cfg: Sm90Config) -> int:
     return _round_up((cfg.bm + cfg.bn) * cfg.bk * 2, 128) + STAGE_BARRIER_BYTES
 
 
+def batched_split_k(cfg: Sm90Config) -> bool:
+    """Split-K as a batch of K ranges with fp32 partials in the workspace (the persistent scheduler with splits > 1),
+    not the stream-K scheduler's split-K."""
+    return cfg.splits > 1 and cfg.scheduler is Scheduler.PERSISTENT
+
+
+def d_bytes(cfg: Sm90Config) -> int:
+    """Bytes per element the epilogue stores: half C, or fp32 partials for batched split-K."""
+    return 4 if batched_split_k(cfg) else 2
+
+
 def epilogue_smem_bytes(cfg: Sm90Config) -> int:
-    """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (EpilogueTileAuto, half)
+    """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (EpilogueTileAuto, D's type)
     plus EPILOGUE_SMEM_PAD; 0 for the no-smem epilogue.
 
     Epilogue tile: cooperative min(BM, 128) x 32, pingpong min(BM, 64) x 32; min(2, tiles per CTA tile) buffers.
@@ -172,7 +190,7 @@ def epilogue_smem_bytes(cfg: Sm90Config) -> int:
     epi_m = min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
     epi_n = 32
     stages_d = min(2, (cfg.bm // epi_m) * (cfg.bn // epi_n))
-    return stages_d * epi_m * epi_n * 2 + EPILOGUE_SMEM_PAD
+    return stages_d * epi_m * epi_n * d_bytes(cfg) + EPILOGUE_SMEM_PAD * d_bytes(cfg) // 2
 
 
 def pipeline_stages(cfg: Sm90Config) -> int:
@@ -236,8 +254,6 @@ class Sm90Family:
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
                     f"portable {MAX_CLUSTER_CTAS}")
-        if cfg.splits > 1 and cfg.scheduler is not Scheduler.STREAMK:
-            return f"split-K (splits={cfg.splits}) runs in CUTLASS's stream-K scheduler; the persistent one has none"
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
             return "reduction=atomic sums K-range partials: only the stream-K scheduler has any (use ordered)"
         if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
@@ -254,18 +270,20 @@ class Sm90Family:
     def like_cublaslt(self, lt: LtAlgo) -> list[Sm90Config]:
         """The valid configs nearest to cuBLASLt's tile, cluster and split-K, most faithful first. The split count
         rounds to the space's nearest value (log2); the tile is the nearest (BM, BN) pair, by summed log2 distance,
-        that makes a valid config (256x192 would spill, say; a 64-row tile has no split-K: pingpong lacks the
-        stream-K scheduler). The cluster keeps cuBLASLt's cluster footprint (cluster x tile, in output elements)
-        rather than its CTA counts: where the tile grows, the cluster shrinks. cuBLASLt's 64x96 tile in a 4x2 cluster
-        on 256x512x12288 becomes 128x96 in 2x2, not 4x2, whose 4 rows of 128 overhang the shape's 2 row tiles (31.2
-        us there against 16.3 us without a cluster; over the store, an overhanging cluster ran a median 1.36x slower
-        than the same config clipped, RESULTS ninth session). With split-K the atomic, then the ordered reduction;
-        each with the TMA, then the no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt
-        left the tile open."""
+        that makes a valid config (256x192 would spill, say). The cluster keeps cuBLASLt's cluster footprint
+        (cluster x tile, in output elements) rather than its CTA counts: where the tile grows, the cluster shrinks,
+        instead of overhanging the shape (over the store, an overhanging cluster ran a median 1.36x slower than the
+        same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
+        split), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
+        then the no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt left the tile
+        open."""
         if not (lt.tile_m and lt.tile_n):
             return []
         splits = _nearest(SPACE["splits"], lt.splits)
-        reductions = (Reduction.ATOMIC, Reduction.ORDERED) if splits > 1 else (Reduction.ORDERED,)
+        # Split-K as a batch needs K % (8 * splits) == 0, and this has no shape: the nearest power of two too, which
+        # divides every K of the grid (cuBLASLt splits 16384 in 12, 4096 in 3).
+        batch_splits = dict.fromkeys((splits, _nearest(tuple(v for v in SPACE["splits"] if v & (v - 1) == 0),
+                                                       lt.splits)))
         tiles = sorted(((bm, bn) for bm in SPACE["bm"] for bn in SPACE["bn"]),
                        key=lambda t: (abs(math.log2(t[0] / lt.tile_m)) + abs(math.log2(t[1] / lt.tile_n)), t))
         for bm, bn in tiles:
@@ -274,10 +292,14 @@ class Sm90Family:
                 cluster_m=_nearest(SPACE["cluster_m"], max(lt.cluster_m, 1) * lt.tile_m / bm),
                 cluster_n=_nearest(SPACE["cluster_n"], max(lt.cluster_n, 1) * lt.tile_n / bn),
                 schedule=Schedule.COOPERATIVE if bm >= 128 else Schedule.PINGPONG,
-                scheduler=Scheduler.STREAMK if splits > 1 else Scheduler.PERSISTENT,
-                epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32, splits=splits,
+                scheduler=Scheduler.PERSISTENT, epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32,
             )
-            out = [replace(base, reduction=r, epilogue=e) for r in reductions for e in Epilogue]
+            # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first, then the stream-K
+            # scheduler's atomic and ordered reductions.
+            decompositions = [replace(base, splits=s) for s in batch_splits] + [
+                replace(base, scheduler=Scheduler.STREAMK, splits=splits, reduction=r)
+                for r in (Reduction.ATOMIC, Reduction.ORDERED)] if splits > 1 else [base]
+            out = [replace(c, epilogue=e) for c in decompositions for e in Epilogue]
             if valid := [c for c in out if self.prune(c, ARCH) is None]:
                 return valid
         return []
@@ -289,6 +311,9 @@ class Sm90Family:
             return f"TMA needs 16-byte aligned rows of A and B: K % 8 == 0, got K={task.k}"
         if cfg.epilogue is Epilogue.TMA and task.n % 8:
             return f"the TMA epilogue needs 16-byte aligned rows of C: N % 8 == 0, got N={task.n}"
+        if batched_split_k(cfg) and task.k % (8 * cfg.splits):
+            return (f"split-K as a batch needs {cfg.splits} equal K ranges of whole 16-byte rows: "
+                    f"K % {8 * cfg.splits} == 0, got K={task.k}")
         return None
 
     def tiling(self, cfg: Sm90Config) -> Tiling:
@@ -328,7 +353,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     # Split-K through the stream-K scheduler: `splits` K ranges per tile, partials reduced in the workspace in a
     # fixed order (ReductionMode::Deterministic, CUTLASS's default) or with atomics (reduction=atomic). Only the
     # stream-K arguments have these fields. The ordered default adds no line, so older configs render unchanged.
-    scheduler_args = ("" if cfg.splits == 1 else
+    batched = batched_split_k(cfg)
+    scheduler_args = ("" if cfg.splits == 1 or batched else
                f"\n  args.scheduler.splits = {cfg.splits};  // K ranges per output tile\n"
                "  args.scheduler.decomposition_mode =\n"
                "      cutlass::gemm::kernel::detail::DecompositionMode::SplitK;  // not stream-K's own heuristic")
@@ -347,6 +373,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                "waits for all: the summation order varies per call)." if atomic else
                "reduced in a fixed order (deterministic).")
     n_align = "N % 8 == 0 (TMA store)" if cfg.epilogue is Epilogue.TMA else "any N"
+    if batched:
+        n_align += f"; K % {8 * cfg.splits} == 0 (equal K ranges of whole 16-byte rows)"
     design = {
         Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
                               "BM/2 rows,\n//     into register accumulators; the producer warpgroup gives its "
@@ -354,7 +382,11 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Schedule.PINGPONG: "Two consumer warpgroups run wgmma (operands from shared memory) on alternate tiles: "
                            "while one\n//     stores its tile (epilogue), the other computes the next one.",
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
-                              "swizzled order.",
+                              "swizzled order." if not batched else
+                              f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of every "
+                              "tile; persistent CTAs\n//     (one per SM) walk the tiles of all batches. Each tile "
+                              "writes its fp32 partial to slice l of the\n//     workspace; splitk_reduce sums the "
+                              "slices in order into C (deterministic).",
         Scheduler.STREAMK: ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
                             f"partial sums\n//     meet in the workspace and are {reduced}" if cfg.splits == 1 else
                             f"Split-K through the stream-K scheduler: each output tile's K loop in {cfg.splits} "
@@ -365,8 +397,14 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
                          "C (beta * C) is void: never read.",
     }
+    if batched:
+        design[cfg.epilogue] = design[cfg.epilogue].replace("-> half ->", "-> fp32 ->").replace(
+            "(clipped", "into the workspace (clipped").replace("global memory.", "the workspace.")
+    d_type = "float" if batched else "cutlass::half_t"
+    align_d = "1" if cfg.epilogue is Epilogue.NOSMEM else str(16 // d_bytes(cfg))
     return {
-        **_launch_values(cfg.scheduler),
+        **_launch_values(cfg),
+        **_operand_values(cfg),
         "name": config_name(family, cfg),
         "bm": str(cfg.bm), "bn": str(cfg.bn), "bk": str(cfg.bk),
         "cm": str(cfg.cluster_m), "cn": str(cfg.cluster_n),
@@ -377,9 +415,10 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
-        "epilogue_design": design[cfg.epilogue], "align_d": "8" if cfg.epilogue is Epilogue.TMA else "1",
+        "epilogue_design": design[cfg.epilogue], "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
-        "reduction_note": ", atomic (nondeterministic) reduction" if atomic else "",
+        "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
+                          " as a batch, summed by splitk_reduce" if batched else "",
         "raster_note": {Raster.HEURISTIC: "", Raster.ALONG_M: " along M", Raster.ALONG_N: " along N"}[cfg.raster],
     }
 
@@ -454,8 +493,65 @@ static cudaError_t clear_stream_k_flags(typename GemmKernel::Params const& param
 }
 
 
-def _launch_values(scheduler: Scheduler) -> dict[str, str]:
-    return _STREAMK_LAUNCH if scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
+_BATCHED_LAUNCH = string.Template(r"""  // Split-K as a batch: equal K ranges of whole 16-byte rows, the partials first in the workspace, then the GEMM's.
+  if (K % (8 * $splits) != 0) return 1;
+  if (cudal2_sm90::split_workspace_bytes(M, N, K) > workspace_bytes) return 2;
+  Gemm gemm;
+  void* gemm_workspace = static_cast<uint8_t*>(workspace) + cudal2_sm90::partials_bytes(M, N);
+  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
+  const long long MN = (long long)M * N;
+  const int vec4 = (MN % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0) ? 1 : 0;  // workspace: 256-byte aligned
+  const long long work = vec4 ? MN / 4 : MN;
+  const unsigned blocks = unsigned(work < 1024LL * cudal2_sm90::REDUCE_THREADS
+                                       ? (work + cudal2_sm90::REDUCE_THREADS - 1) / cudal2_sm90::REDUCE_THREADS : 1024);
+  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
+      static_cast<const float*>(workspace), C, MN, $splits, vec4);
+  return cudaGetLastError() == cudaSuccess ? 0 : 4;
+""")
+
+_BATCHED_HELPERS = string.Template(r"""
+// Split-K as a batch: the GEMM leaves $splits fp32 partials of C in the workspace, slice l (M x N, row-major) from K
+// range l, which splitk_reduce sums in the order l = 0, 1, ... (deterministic) into C.
+constexpr int REDUCE_THREADS = 256;
+
+$splitk_reduce
+// The partials' bytes, rounded up to 256 so that the GEMM's own workspace after them stays aligned.
+static size_t partials_bytes(int M, int N) { return (size_t($splits) * M * N * sizeof(float) + 255) / 256 * 256; }
+
+static size_t split_workspace_bytes(int M, int N, int K) {
+  return partials_bytes(M, N) + Gemm::get_workspace_size(make_arguments(nullptr, nullptr, nullptr, M, N, K));
+}
+""")
+
+
+def _launch_values(cfg: Sm90Config) -> dict[str, str]:
+    if batched_split_k(cfg):
+        return {
+            "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
+                              "(0 for persistent).",
+            "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits, splitk_reduce=cuda_parts.SPLITK_REDUCE),
+            "init_step": "initialize",
+            "launch": _BATCHED_LAUNCH.substitute(splits=cfg.splits),
+            "workspace_bytes": "cudal2_sm90::split_workspace_bytes(M, N, K)",
+        }
+    launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
+    return {**launch, "workspace_bytes": "cudal2_sm90::Gemm::get_workspace_size(cudal2_sm90::make_arguments(nullptr, "
+                                         "nullptr, nullptr, M, N, K))"}
+
+
+def _operand_values(cfg: Sm90Config) -> dict[str, str]:
+    """make_arguments' D and batch: C itself with L = 1, or for split-K as a batch the workspace's fp32 partials with
+    L = splits, batch l starting K/splits elements further along A's and B's rows."""
+    if not batched_split_k(cfg):
+        return {"operand_note": "", "d_param": "half* C", "mode": "kGemm", "problem_note": "M, N, K, L (L = 1 batch)", "d_pointer": "reinterpret_cast<ElementD*>(C)",
+                "problem": "{M, N, K, 1}", "d_arg": "C", "a_batch": "int64_t(M) * K", "b_batch": "int64_t(N) * K"}
+    return {"operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{cfg.splits}, (l + 1) * K/{cfg.splits}) "
+                            "of A's and B's rows, and\n  // writes slice l of the fp32 partials.",
+            "d_param": "float* partials", "d_pointer": "partials", "mode": "kBatched",
+            "problem_note": f"M, N, K / {cfg.splits}, L = {cfg.splits} K ranges", "problem": f"{{M, N, K / {cfg.splits}, {cfg.splits}}}",
+            "a_batch": f"int64_t(K) / {cfg.splits}", "b_batch": f"int64_t(K) / {cfg.splits}",
+            "d_arg": "static_cast<float*>(workspace)"}
 
 
 _HEADER = string.Template(r"""// $name
@@ -503,7 +599,7 @@ _INCLUDES = """#include <cuda_fp16.h>
 # The kernel's types, inside a namespace that has `using namespace cute;` (shared by render and probe_source).
 _TYPES = string.Template(r"""using ElementA = cutlass::half_t;
 using ElementB = cutlass::half_t;
-using ElementD = cutlass::half_t;
+using ElementD = $element_d;
 using ElementAccumulator = $acc_type;
 using ElementCompute = float;                 // alpha = 1, beta = 0: exact in either precision
 using LayoutA = cutlass::layout::RowMajor;     // A[M,K], K contiguous
@@ -531,7 +627,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     cutlass::gemm::$kernel>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    Shape<int, int, int, int>,  // M, N, K, L (L = 1 batch)
+    Shape<int, int, int, int>,  // $problem_note
     CollectiveMainloop, CollectiveEpilogue, cutlass::gemm::$tile_scheduler>;
 
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -539,22 +635,22 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 _ENTRY = string.Template(r"""
 // The same arguments for the workspace query and the call: the workspace size depends on them (SM count, shape).
-static typename Gemm::Arguments make_arguments(const half* A, const half* B, half* C, int M, int N, int K) {
+static typename Gemm::Arguments make_arguments(const half* A, const half* B, $d_param, int M, int N, int K) {
   int device = 0;
   cutlass::KernelHardwareInfo hw;
   if (cudaGetDevice(&device) == cudaSuccess) {
     hw.device_id = device;
     hw.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
   }
-  // Packed strides (M, K, L), (N, K, L), (M, N, L); 64-bit so M * K past 2^31 elements stays exact.
-  typename GemmKernel::StrideA stride_a = make_stride(int64_t(K), _1{}, int64_t(M) * K);
-  typename GemmKernel::StrideB stride_b = make_stride(int64_t(K), _1{}, int64_t(N) * K);
+  // Packed strides (M, K, L), (N, K, L), (M, N, L); 64-bit so M * K past 2^31 elements stays exact.$operand_note
+  typename GemmKernel::StrideA stride_a = make_stride(int64_t(K), _1{}, $a_batch);
+  typename GemmKernel::StrideB stride_b = make_stride(int64_t(K), _1{}, $b_batch);
   typename GemmKernel::StrideD stride_d = make_stride(int64_t(N), _1{}, int64_t(M) * N);
   typename Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGemm,
-      {M, N, K, 1},
+      cutlass::gemm::GemmUniversalMode::$mode,
+      $problem,
       {reinterpret_cast<const ElementA*>(A), stride_a, reinterpret_cast<const ElementB*>(B), stride_b},
-      {{}, nullptr, stride_d, reinterpret_cast<ElementD*>(C), stride_d},
+      {{}, nullptr, stride_d, $d_pointer, stride_d},
       hw};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
@@ -565,14 +661,14 @@ $flag_clearing
 }  // namespace cudal2_sm90
 
 extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
-  return cudal2_sm90::Gemm::get_workspace_size(cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, M, N, K));
+  return $workspace_bytes;
 }
 
 // Returns 0 on success; 1 shape not implementable (alignment), 2 workspace too small, 3 $init_step, 4 launch.
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   using cudal2_sm90::Gemm;
-  typename Gemm::Arguments args = cudal2_sm90::make_arguments(A, B, C, M, N, K);
+  typename Gemm::Arguments args = cudal2_sm90::make_arguments(A, B, $d_arg, M, N, K);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
 $launch}

@@ -26,6 +26,8 @@ from cudal2.kernels.sm90 import (
     Scheduler,
     Sm90Config,
     acc_regs,
+    batched_split_k,
+    d_bytes,
     pipeline_stages,
     probe_source,
     smem_bytes,
@@ -122,7 +124,6 @@ def test_config_names_are_distinct_and_stable():
         (cfg(schedule=Schedule.PINGPONG, bm=128, bn=256), "256 accumulator registers"),
         (cfg(bm=256, bn=256, bk=128, acc=Acc.FP16), "only 1 stage(s)"),
         (cfg(bn=128, stages=8), "bytes of shared memory"),
-        (cfg(splits=4), "runs in CUTLASS's stream-K scheduler"),
         (cfg(reduction=Reduction.ATOMIC), "only the stream-K scheduler"),
     ],
 )
@@ -175,6 +176,10 @@ def test_supports_alignment_and_accumulation():
     assert "fp16 accumulation" in FAMILY.supports(fp16, Task(64, 64, 64, Acc.FP32))
     assert FAMILY.supports(fp16, Task(64, 64, 64, Acc.FP16)) is None
     assert FAMILY.supports(DEFAULT, Task(64, 64, 64, Acc.FP16)) is None  # fp32 accumulation is always accurate
+    batched = cfg(splits=6)  # split-K as a batch: equal K ranges of whole 16-byte rows
+    assert FAMILY.supports(batched, Task(64, 64, 12288)) is None
+    assert "K % 48 == 0, got K=4096" in FAMILY.supports(batched, Task(64, 64, 4096))
+    assert FAMILY.supports(cfg(scheduler=Scheduler.STREAMK, splits=6), Task(64, 64, 4096)) is None  # uneven: fine
 
 
 # ------------------------------------------------------------------------------------------------- render
@@ -207,6 +212,24 @@ def test_render_maps_every_choice_into_the_source():
     atomic = FAMILY.render(cfg(scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC))
     assert "ReductionMode::Nondeterministic;" in atomic and "atomic (nondeterministic) reduction" in atomic
     assert check_source(src) == [] and check_source(split) == [] and check_source(atomic) == []
+
+
+def test_split_k_as_a_batch_renders_partials_and_their_reduction():
+    """The persistent scheduler with splits > 1: a batch of K ranges whose fp32 partials a second kernel sums."""
+    src = FAMILY.render(cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=6))
+    for piece in ("using ElementD = float;", "kAlignD = 4;", "{M, N, K / 6, 6},", "int64_t(K) / 6);", "GemmUniversalMode::kBatched,",
+                  "{{}, nullptr, stride_d, partials, stride_d},", "make_arguments(A, B, static_cast<float*>(workspace)",
+                  "splitk_reduce(const float* __restrict__ ws", "MN, 6, vec4);", "if (K % (8 * 6) != 0) return 1;",
+                  "return cudal2_sm90::split_workspace_bytes(M, N, K);", "split-K 6 as a batch, summed by splitk_reduce",
+                  "PersistentScheduler", "-> fp32 -> swizzled shared memory -> TMA store into the workspace"):
+        assert piece in src, piece
+    assert "args.scheduler.splits" not in src and "$" not in src and check_source(src) == []
+    nosmem = FAMILY.render(cfg(splits=4, epilogue=Epilogue.NOSMEM))
+    assert "kAlignD = 1;" in nosmem and "predicated stores straight to the workspace" in nosmem
+    # Without a split the persistent render is the one first measured: half C straight from the epilogue.
+    plain = FAMILY.render(cfg())
+    assert "using ElementD = cutlass::half_t;" in plain and "{M, N, K, 1}," in plain and "splitk_reduce" not in plain
+    assert d_bytes(cfg(splits=6)) == 4 and d_bytes(cfg(scheduler=Scheduler.STREAMK, splits=6)) == 2
 
 
 def test_stream_k_sources_clear_their_flags_with_a_kernel_not_a_memset():
@@ -253,14 +276,21 @@ def test_configs_like_a_cublaslt_algorithm():
     # cuBLASLt on 256x512x12288 (H200): a 64x96 tile, split-K 5, a 4x2 cluster (tests/sandbox/test_lt_algo.py).
     likes = FAMILY.like_cublaslt(LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2))
     first = likes[0]
-    assert (first.bn, first.splits) == (96, 5)
-    assert first.bm == 128 and first.schedule is Schedule.COOPERATIVE  # 64 rows have no split-K (pingpong)
-    # The cluster keeps cuBLASLt's footprint of 256x192 outputs: twice the rows per CTA, half the CTAs along M.
-    assert (first.cluster_m, first.cluster_n) == (2, 2)
-    assert first.scheduler is Scheduler.STREAMK and first.reduction is Reduction.ATOMIC
-    assert [(c.reduction, c.epilogue) for c in likes] == [(r, e) for r in (Reduction.ATOMIC, Reduction.ORDERED)
-                                                          for e in Epilogue]
+    assert (first.bm, first.bn, first.cluster_m, first.cluster_n, first.splits) == (64, 96, 4, 2, 5)
+    # 64 rows: pingpong, which has no stream-K scheduler, so split-K as a batch only; at 5 ranges (K % 40 == 0) and
+    # at the nearest power of two, 4, which divides any K the grid has.
+    assert first.schedule is Schedule.PINGPONG and batched_split_k(first)
+    assert [(c.splits, c.epilogue) for c in likes] == [(s, e) for s in (5, 4) for e in Epilogue]
     assert all(FAMILY.prune(c, ARCH) is None for c in likes)
+    # A 128-row tile also takes the stream-K scheduler's atomic, then ordered, reduction.
+    wide = FAMILY.like_cublaslt(LtAlgo(66, 128, 96, 4, "fp32 workspace", 2, 2))
+    assert [(c.scheduler, c.reduction) for c in wide[::2]] == [
+        (Scheduler.PERSISTENT, Reduction.ORDERED), (Scheduler.STREAMK, Reduction.ATOMIC),
+        (Scheduler.STREAMK, Reduction.ORDERED)]
+    # The cluster keeps cuBLASLt's footprint in outputs: its 32-row tile in 2 rows of CTAs (on 256x256x12288) is
+    # one of our 64-row tiles, so no cluster along M.
+    (grown, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
+    assert (grown.bm, grown.bn, grown.cluster_m, grown.cluster_n, grown.splits) == (64, 64, 1, 1, 4)
     # Rounded to the space in log2: 7 ranges -> 8, an 80-wide tile -> 96; without a split: persistent.
     (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 80, 7, "fp32 workspace", 2, 1))
     assert (odd.bm, odd.bn, odd.splits, odd.cluster_m, odd.cluster_n) == (128, 96, 8, 2, 1)
@@ -301,6 +331,7 @@ COMPILE_SAMPLE = [
         acc=Acc.FP16, splits=4, raster=Raster.ALONG_N),
     cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2, raster=Raster.ALONG_M),
     cfg(bm=128, bn=96, cluster_m=4, cluster_n=2, scheduler=Scheduler.STREAMK, splits=5, reduction=Reduction.ATOMIC),
+    cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=4),  # split-K as a batch
 ]
 
 
@@ -313,9 +344,11 @@ def test_compile_sample_for_sm90a(tmp_path):
         shape = p.final.shapes[0]
         assert shape.status is Status.COMPILED, f"{config_name(FAMILY, c)}: {shape.status.value}: {shape.reason}"
         names = sorted(k.name for k in p.compile.kernels)
-        # stream-K sources clear their barrier flags with a kernel of their own (not CUTLASS's memset)
-        assert len(names) == 1 + (c.scheduler is Scheduler.STREAMK), names
+        # stream-K sources clear their barrier flags with a kernel of their own (not CUTLASS's memset); split-K as
+        # a batch sums its partials with one
+        assert len(names) == 1 + (c.scheduler is Scheduler.STREAMK or batched_split_k(c)), names
         assert any("clear_flags" in n for n in names) == (c.scheduler is Scheduler.STREAMK), names
+        assert any("splitk_reduce" in n for n in names) == batched_split_k(c), names
         for kernel in p.compile.kernels:
             assert kernel.spill_store_bytes == 0 and kernel.stack_bytes == 0, kernel
         assert "C7511" not in p.compile.log  # ptxas: "wgmma.mma_async instructions are serialized"
@@ -336,6 +369,9 @@ PROBE_SAMPLE = [
     cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2),
     cfg(bm=128, bn=32, cluster_m=2, cluster_n=4, scheduler=Scheduler.STREAMK, splits=12),
     cfg(bm=128, bn=192, cluster_n=1),
+    # Split-K as a batch: fp32 D, so the TMA epilogue stages twice the bytes.
+    cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=6),
+    cfg(bm=128, bn=256, splits=4),
 ]
 
 
@@ -372,9 +408,13 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=96, cluster_m=4, cluster_n=2, scheduler=Scheduler.STREAMK, splits=5, reduction=Reduction.ATOMIC),
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
     cfg(bm=128, bn=192, cluster_m=4, cluster_n=1, swizzle=2),
+    # Split-K as a batch (K % (8 * splits) == 0: the odd shapes with K = 2048 and 512 have it).
+    cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=4),
+    cfg(bm=128, bn=128, cluster_n=1, splits=8, epilogue=Epilogue.NOSMEM),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
-ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72)]  # the last one: N % 8 != 0, the no-smem epilogue only
+# (333, 1001, *): N % 8 != 0, the no-smem epilogue only
+ODD = [(77, 1000, 336), (1, 4096, 4096), (333, 1001, 72), (77, 1000, 2048), (333, 1001, 512)]
 # Correctness only (the runtime checks all run); no baselines, short timing: benchmarks/sm90_gpu.py measures.
 GPU_CHECKS = EvalOptions(fresh=True, baselines=False, target_ms=5, warmup_ms=2, min_reps=3, max_reps=10,
                          compile_timeout_s=300, limits=RunLimits(start_timeout_s=60, task_timeout_s=30))
