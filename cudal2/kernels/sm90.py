@@ -19,7 +19,7 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               node costs ~2.3 us per call in graph replay, a kernel node ~0.6 us: benchmarks/graph_gap.cu);
               either scheduler walks the tiles along M or along N as `raster` forces, or as CUTLASS's heuristic picks
     split-K   `splits` > 1 under the persistent scheduler runs split-K as a batch instead, for either kernel (so also
-              64-row pingpong tiles, which the stream-K scheduler lacks; cuBLASLt splits its 64-row tiles so on the
+              64-row pingpong tiles, which the stream-K scheduler lacks; cuBLASLt splits 32- and 64-row tiles on the
               skinny long-K shapes): batch l of the GEMM is K range l (an L stride of K/splits elements), its fp32
               partial goes to slice l of the workspace, and a second kernel of the source sums the slices in order
               into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges
@@ -383,8 +383,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                            "while one\n//     stores its tile (epilogue), the other computes the next one.",
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
                               "swizzled order." if not batched else
-                              f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of every "
-                              "tile; persistent CTAs\n//     (one per SM) walk the tiles of all batches. Each tile "
+                              f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of "
+                              "every tile; persistent CTAs\n//     (one per SM) walk the tiles of all batches. Each tile "
                               "writes its fp32 partial to slice l of the\n//     workspace; splitk_reduce sums the "
                               "slices in order into C (deterministic).",
         Scheduler.STREAMK: ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
@@ -536,22 +536,23 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
             "workspace_bytes": "cudal2_sm90::split_workspace_bytes(M, N, K)",
         }
     launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
-    return {**launch, "workspace_bytes": "cudal2_sm90::Gemm::get_workspace_size(cudal2_sm90::make_arguments(nullptr, "
-                                         "nullptr, nullptr, M, N, K))"}
+    return {**launch, "workspace_bytes": "cudal2_sm90::Gemm::get_workspace_size("
+                                         "cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, M, N, K))"}
 
 
 def _operand_values(cfg: Sm90Config) -> dict[str, str]:
     """make_arguments' D and batch: C itself with L = 1, or for split-K as a batch the workspace's fp32 partials with
     L = splits, batch l starting K/splits elements further along A's and B's rows."""
     if not batched_split_k(cfg):
-        return {"operand_note": "", "d_param": "half* C", "mode": "kGemm", "problem_note": "M, N, K, L (L = 1 batch)", "d_pointer": "reinterpret_cast<ElementD*>(C)",
-                "problem": "{M, N, K, 1}", "d_arg": "C", "a_batch": "int64_t(M) * K", "b_batch": "int64_t(N) * K"}
-    return {"operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{cfg.splits}, (l + 1) * K/{cfg.splits}) "
-                            "of A's and B's rows, and\n  // writes slice l of the fp32 partials.",
-            "d_param": "float* partials", "d_pointer": "partials", "mode": "kBatched",
-            "problem_note": f"M, N, K / {cfg.splits}, L = {cfg.splits} K ranges", "problem": f"{{M, N, K / {cfg.splits}, {cfg.splits}}}",
-            "a_batch": f"int64_t(K) / {cfg.splits}", "b_batch": f"int64_t(K) / {cfg.splits}",
-            "d_arg": "static_cast<float*>(workspace)"}
+        return {"operand_note": "", "mode": "kGemm", "problem_note": "M, N, K, L (L = 1 batch)",
+                "problem": "{M, N, K, 1}", "a_batch": "int64_t(M) * K", "b_batch": "int64_t(N) * K",
+                "d_param": "half* C", "d_pointer": "reinterpret_cast<ElementD*>(C)", "d_arg": "C"}
+    s = cfg.splits
+    return {"operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{s}, (l + 1) * K/{s}) of A's and "
+                            "B's rows, and\n  // writes slice l of the fp32 partials.",
+            "mode": "kBatched", "problem_note": f"M, N, K / {s}, L = {s} K ranges",
+            "problem": f"{{M, N, K / {s}, {s}}}", "a_batch": f"int64_t(K) / {s}", "b_batch": f"int64_t(K) / {s}",
+            "d_param": "float* partials", "d_pointer": "partials", "d_arg": "static_cast<float*>(workspace)"}
 
 
 _HEADER = string.Template(r"""// $name

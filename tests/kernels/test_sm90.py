@@ -217,7 +217,8 @@ def test_render_maps_every_choice_into_the_source():
 def test_split_k_as_a_batch_renders_partials_and_their_reduction():
     """The persistent scheduler with splits > 1: a batch of K ranges whose fp32 partials a second kernel sums."""
     src = FAMILY.render(cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=6))
-    for piece in ("using ElementD = float;", "kAlignD = 4;", "{M, N, K / 6, 6},", "int64_t(K) / 6);", "GemmUniversalMode::kBatched,",
+    for piece in ("using ElementD = float;", "kAlignD = 4;", "{M, N, K / 6, 6},", "int64_t(K) / 6);",
+                  "GemmUniversalMode::kBatched,", "// M, N, K / 6, L = 6 K ranges",
                   "{{}, nullptr, stride_d, partials, stride_d},", "make_arguments(A, B, static_cast<float*>(workspace)",
                   "splitk_reduce(const float* __restrict__ ws", "MN, 6, vec4);", "if (K % (8 * 6) != 0) return 1;",
                   "return cudal2_sm90::split_workspace_bytes(M, N, K);", "split-K 6 as a batch, summed by splitk_reduce",
