@@ -9,8 +9,9 @@
 #           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
-#           with MNK >= 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket), CUBLASLT_MINUTES (default 0) of
-#           `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of CUBLASLT_SHAPES (data/grid.csv),
+#           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64),
+#           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
+#           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -125,15 +126,19 @@ if [[ $what == grid ]]; then
       grid_tune --shapes "$set" --strategy rerender --budget-minutes "$RERENDER_MINUTES"
     done
   fi
+  mnk_subset() {  # shapes CSV, min log2 MNK, max log2 MNK (exclusive), output CSV: the header and rows in range
+    awk -F, -v lo="$2" -v hi="$3" 'NR == 1 || ($1 * $2 * $3 >= 2 ^ lo && $1 * $2 * $3 < 2 ^ hi)' "$1" > "$4"
+  }
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
-    subset=/tmp/grid-out/neighbours.csv
-    awk -F, "NR == 1 || \$1 * \$2 * \$3 >= 2 ^ ${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_SHAPES:-data/grid.csv}" \
-      > "$subset"
-    grid_tune --shapes "$subset" --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
+    mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
+      /tmp/grid-out/neighbours.csv
+    grid_tune --shapes /tmp/grid-out/neighbours.csv --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
       --budget-minutes "$NEIGHBOURS_MINUTES"
   fi
   if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most
-    grid_tune --shapes "${CUBLASLT_SHAPES:-data/grid.csv}" --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
+    mnk_subset "${CUBLASLT_SHAPES:-data/grid.csv}" "${CUBLASLT_MIN_LOG2_MNK:-0}" "${CUBLASLT_MAX_LOG2_MNK:-64}" \
+      /tmp/grid-out/cublaslt.csv
+    grid_tune --shapes /tmp/grid-out/cublaslt.csv --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
       --budget-minutes "$CUBLASLT_MINUTES"
   fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
