@@ -46,7 +46,7 @@ def test_two_grpo_steps_change_parameters_and_log_reward_terms(tmp_path, tiny_pa
     for key in ("reward/status", "reward/ptxas", "status/compiled", "status/format_error", "reward_std"):
         assert all(key in h for h in logs), key
     # Every one of the 16 completions (2 steps x 8) got exactly one status. Which ones depends on what the random
-    # policy writes (its tokenizer and weights are random, built per TINY_VERSION): count them all.
+    # policy writes (random weights, a tokenizer trained per TINY_VERSION): count them all.
     assert sum(v for h in logs for k, v in h.items() if k.startswith("status/")) == 16
     # The step time split (cudal2.policy.grpo): every step generated and evaluated (steps_per_generation = 1).
     for h in logs:

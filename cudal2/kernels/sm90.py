@@ -397,9 +397,11 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
                          "C (beta * C) is void: never read.",
     }
-    if batched:
-        design[cfg.epilogue] = design[cfg.epilogue].replace("-> half ->", "-> fp32 ->").replace(
-            "(clipped", "into the workspace (clipped").replace("global memory.", "the workspace.")
+    if batched:  # the epilogue stores fp32 partials into the workspace, not half C
+        design[Epilogue.TMA] = ("Epilogue: accumulators -> fp32 -> swizzled shared memory -> TMA store into the "
+                                "workspace (clipped at M, N). C (beta * C) is void: never read.")
+        design[Epilogue.NOSMEM] = ("Epilogue: accumulators -> fp32 -> predicated stores straight to the workspace. "
+                                   "C (beta * C) is void: never read.")
     d_type = "float" if batched else "cutlass::half_t"
     align_d = "1" if cfg.epilogue is Epilogue.NOSMEM else str(16 // d_bytes(cfg))
     return {
@@ -495,7 +497,7 @@ static cudaError_t clear_stream_k_flags(typename GemmKernel::Params const& param
 
 _BATCHED_LAUNCH = string.Template(r"""  // Split-K as a batch: equal K ranges of whole 16-byte rows, the partials first in the workspace, then the GEMM's.
   if (K % (8 * $splits) != 0) return 1;
-  if (cudal2_sm90::split_workspace_bytes(M, N, K) > workspace_bytes) return 2;
+  if (cudal2_sm90::partials_bytes(M, N) + Gemm::get_workspace_size(args) > workspace_bytes) return 2;
   Gemm gemm;
   void* gemm_workspace = static_cast<uint8_t*>(workspace) + cudal2_sm90::partials_bytes(M, N);
   if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;
