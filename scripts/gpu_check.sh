@@ -18,7 +18,8 @@
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
 #           grid's) best kernels in server and wallclock mode, CONFIRM=1 the grid's chosen kernels once more offline (CONFIRM_MINUTES, 6)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
-#           server and wallclock sample) in one archive
+#           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
+#           `cat` them into GRID_STORE to commit it)
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
@@ -188,6 +189,8 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
   done
   head -n 40 /tmp/grid-out/report_grid.md
   tar -czf "$OUT/grid_reports.tar.gz" -C /tmp/grid-out .
-  gzip -c "$db" > "$OUT/$(basename "$store")"
+  # The device returns files of at most 16 MiB: the gzipped store comes back in 15 MiB parts, NAME.00, NAME.01, ...
+  # (`cat NAME.* > benchmarks/stores/NAME` puts it together; a store under 15 MiB is a single NAME.00).
+  gzip -c "$db" | split -b 15M -d - "$OUT/$(basename "$store")." || rc=1
 fi
 exit $rc
