@@ -25,6 +25,9 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N)
+    operands  `swap_ab` computes C^T[N,M] = B[N,K] * A[M,K]^T instead: both operands stay K-major, and C^T column-major
+              is C row-major, so only the layouts, D's strides and the argument order change. wgmma's M is 64 per
+              warpgroup, so C's rows get tiles of 64-256 unswapped, and of 32-256 (the N tiles) swapped.
 
 Layout: C[M,N] = A[M,K] * B[N,K]^T, all row-major half. In CUTLASS terms A is RowMajor MxK (K-major), B is
 ColumnMajor KxN (K-major, i.e. B's rows are the N index), D is RowMajor MxN; C (the beta source) is void, so C is
@@ -55,7 +58,8 @@ SMEM_CAPACITY = 232448
 # Per-stage mainloop overhead: PipelineTmaAsync's full and empty mbarriers (2 x 8 bytes), as CUTLASS counts it.
 STAGE_BARRIER_BYTES = 16
 # The TMA epilogue's shared storage beyond its D buffers (the 1024-byte alignment of swizzled smem, its barriers), for
-# half D; CUTLASS takes twice that for fp32 D (split-K as a batch), measured with probe_source() on two configs.
+# half D; CUTLASS takes twice that for fp32 D (split-K as a batch) and for a column-major D (operands swapped),
+# measured with probe_source() on two and six configs.
 EPILOGUE_SMEM_PAD = 1024
 # Kernel shared storage besides the mainloop stages and the epilogue (pipeline, scheduler and order barriers),
 # rounded up. Both constants are measured with probe_source() (sizeof(GemmKernel::SharedStorage), nvcc 13.0 +
@@ -133,6 +137,11 @@ class Sm90Config:
     # How K ranges' partials are summed (stream-K scheduler only); added after the first stored configs.
     reduction: Reduction = field(default=Reduction.ORDERED, metadata=ADDED_LATER)
     raster: Raster = field(default=Raster.HEURISTIC, metadata=ADDED_LATER)  # tile order; added after stored configs
+    # The kernel computes C^T[N,M] = B[N,K] * A[M,K]^T instead: A and B trade places (both stay K-major) and C^T
+    # column-major is C row-major, so BM, cluster_m and raster's M run along C's N, and BN and cluster_n along C's M.
+    # Output tiles of 32 to 256 rows (wgmma's M is 64 per warpgroup), as cuBLASLt runs on skinny-M shapes (its 32x64
+    # and 96x128 tiles). Added after stored configs.
+    swap_ab: bool = field(default=False, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -152,6 +161,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "splits": (1, 2, 3, 4, 5, 6, 8, 12, 16),
     "reduction": tuple(Reduction),
     "raster": tuple(Raster),
+    "swap_ab": (False, True),
 }
 
 
@@ -174,6 +184,11 @@ def batched_split_k(cfg: Sm90Config) -> bool:
     return cfg.splits > 1 and cfg.scheduler is Scheduler.PERSISTENT
 
 
+def output_tile(cfg: Sm90Config) -> tuple[int, int]:
+    """The CTA tile in C's terms, (rows along M, columns along N): BM x BN, or BN x BM with the operands swapped."""
+    return (cfg.bn, cfg.bm) if cfg.swap_ab else (cfg.bm, cfg.bn)
+
+
 def d_bytes(cfg: Sm90Config) -> int:
     """Bytes per element the epilogue stores: half C, or fp32 partials for batched split-K."""
     return 4 if batched_split_k(cfg) else 2
@@ -190,7 +205,8 @@ def epilogue_smem_bytes(cfg: Sm90Config) -> int:
     epi_m = min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
     epi_n = 32
     stages_d = min(2, (cfg.bm // epi_m) * (cfg.bn // epi_n))
-    return stages_d * epi_m * epi_n * d_bytes(cfg) + EPILOGUE_SMEM_PAD * d_bytes(cfg) // 2
+    pad = EPILOGUE_SMEM_PAD * (2 if cfg.swap_ab or d_bytes(cfg) == 4 else 1)
+    return stages_d * epi_m * epi_n * d_bytes(cfg) + pad
 
 
 def pipeline_stages(cfg: Sm90Config) -> int:
@@ -276,7 +292,8 @@ class Sm90Family:
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
         split), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
         then the no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt left the tile
-        open."""
+        open. Tiles in C's terms: a swapped config's BN x BM counts as rows x columns (the unswapped one first on a
+        tie), so cuBLASLt's 32- and 96-row tiles are followed with the operands swapped."""
         if not (lt.tile_m and lt.tile_n):
             return []
         splits = _nearest(SPACE["splits"], lt.splits)
@@ -284,15 +301,20 @@ class Sm90Family:
         # divides every K of the grid (cuBLASLt splits 16384 in 12, 4096 in 3).
         batch_splits = dict.fromkeys((splits, _nearest(tuple(v for v in SPACE["splits"] if v & (v - 1) == 0),
                                                        lt.splits)))
-        tiles = sorted(((bm, bn) for bm in SPACE["bm"] for bn in SPACE["bn"]),
-                       key=lambda t: (abs(math.log2(t[0] / lt.tile_m)) + abs(math.log2(t[1] / lt.tile_n)), t))
-        for bm, bn in tiles:
+        # (rows, columns of C, swapped): the kernel's tile is (rows, columns), or (columns, rows) when swapped.
+        kernel_tiles = [(bm, bn) for bm in SPACE["bm"] for bn in SPACE["bn"]]
+        tiles = sorted([(bm, bn, False) for bm, bn in kernel_tiles] + [(bn, bm, True) for bm, bn in kernel_tiles],
+                       key=lambda t: (abs(math.log2(t[0] / lt.tile_m)) + abs(math.log2(t[1] / lt.tile_n)), t[2], t))
+        for rows, cols, swap in tiles:
+            # cuBLASLt's cluster footprint in C, in CTAs of this tile along C's M and N
+            along_m = _nearest(SPACE["cluster_m"], max(lt.cluster_m, 1) * lt.tile_m / rows)
+            along_n = _nearest(SPACE["cluster_n"], max(lt.cluster_n, 1) * lt.tile_n / cols)
+            bm, bn, cluster_m, cluster_n = (cols, rows, along_n, along_m) if swap else (rows, cols, along_m, along_n)
             base = Sm90Config(
-                bm=bm, bn=bn, bk=64,
-                cluster_m=_nearest(SPACE["cluster_m"], max(lt.cluster_m, 1) * lt.tile_m / bm),
-                cluster_n=_nearest(SPACE["cluster_n"], max(lt.cluster_n, 1) * lt.tile_n / bn),
+                bm=bm, bn=bn, bk=64, cluster_m=cluster_m, cluster_n=cluster_n,
                 schedule=Schedule.COOPERATIVE if bm >= 128 else Schedule.PINGPONG,
                 scheduler=Scheduler.PERSISTENT, epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32,
+                swap_ab=swap,
             )
             # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first, then the stream-K
             # scheduler's atomic and ordered reductions.
@@ -317,7 +339,8 @@ class Sm90Family:
         return None
 
     def tiling(self, cfg: Sm90Config) -> Tiling:
-        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.splits,
+        rows, cols = output_tile(cfg)
+        return Tiling(rows, cols, cfg.bk, cfg.splits,
                       stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1,
                       serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
 
@@ -407,6 +430,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     return {
         **_launch_values(cfg),
         **_operand_values(cfg),
+        **_orientation_values(cfg),
         "name": config_name(family, cfg),
         "bm": str(cfg.bm), "bn": str(cfg.bn), "bk": str(cfg.bk),
         "cm": str(cfg.cluster_m), "cn": str(cfg.cluster_n),
@@ -535,11 +559,41 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
             "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits, splitk_reduce=cuda_parts.SPLITK_REDUCE),
             "init_step": "initialize",
             "launch": _BATCHED_LAUNCH.substitute(splits=cfg.splits),
-            "workspace_bytes": "cudal2_sm90::split_workspace_bytes(M, N, K)",
+            "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
         }
     launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
     return {**launch, "workspace_bytes": "cudal2_sm90::Gemm::get_workspace_size("
-                                         "cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, M, N, K))"}
+                                         f"cudal2_sm90::make_arguments(nullptr, nullptr, nullptr, {_mn(cfg)}, K))"}
+
+
+_LAYOUTS = """using LayoutA = cutlass::layout::RowMajor;     // A[M,K], K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // B[N,K] viewed as K x N, K contiguous
+using LayoutD = cutlass::layout::RowMajor;     // C[M,N], N contiguous
+"""
+_SWAPPED_LAYOUTS = """// Operands swapped: the kernel's M x N is C's N x M.
+using LayoutA = cutlass::layout::RowMajor;     // the kernel's A is B[N,K], K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // its B is A[M,K] viewed as K x M, K contiguous
+using LayoutD = cutlass::layout::ColumnMajor;  // its D is C^T[N,M] stored column-major: C[M,N] row-major
+"""
+
+
+def _mn(cfg: Sm90Config) -> str:
+    """C's M and N as the kernel's M and N."""
+    return "N, M" if cfg.swap_ab else "M, N"
+
+
+def _orientation_values(cfg: Sm90Config) -> dict[str, str]:
+    """What swapping the operands changes in the source: the layouts, D's strides and the call's argument order.
+    Unswapped, the text is what every stored source was measured with."""
+    if not cfg.swap_ab:
+        return {"swap_note": "", "layouts": _LAYOUTS, "stride_d": "make_stride(int64_t(N), _1{}, int64_t(M) * N)",
+                "call_note": "", "ab": "A, B", "mn": _mn(cfg)}
+    return {"swap_note": "\n//   Operands swapped: the kernel computes C^T[N,M] = B[N,K] * A[M,K]^T (C^T column-major "
+                         "is C row-major),\n//   so below its M (BM, cluster along M, raster along M) runs along C's N "
+                         "and its N along C's M.",
+            "layouts": _SWAPPED_LAYOUTS, "stride_d": "make_stride(_1{}, int64_t(M), int64_t(M) * N)",
+            "call_note": "  // Operands swapped: the kernel's A is B, its B is A, its M x N is C's N x M.\n",
+            "ab": "B, A", "mn": _mn(cfg)}
 
 
 def _operand_values(cfg: Sm90Config) -> dict[str, str]:
@@ -560,7 +614,7 @@ def _operand_values(cfg: Sm90Config) -> dict[str, str]:
 _HEADER = string.Template(r"""// $name
 //
 // HGEMM for sm_90a (H100/H200), generated by cudal2.kernels.sm90 from CUTLASS 3.x collectives.
-//   C[M,N] = A[M,K] * B[N,K]^T, all row-major half; accumulate $acc.
+//   C[M,N] = A[M,K] * B[N,K]^T, all row-major half; accumulate $acc.$swap_note
 //
 // Config
 //   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
@@ -605,10 +659,7 @@ using ElementB = cutlass::half_t;
 using ElementD = $element_d;
 using ElementAccumulator = $acc_type;
 using ElementCompute = float;                 // alpha = 1, beta = 0: exact in either precision
-using LayoutA = cutlass::layout::RowMajor;     // A[M,K], K contiguous
-using LayoutB = cutlass::layout::ColumnMajor;  // B[N,K] viewed as K x N, K contiguous
-using LayoutD = cutlass::layout::RowMajor;     // C[M,N], N contiguous
-constexpr int kAlignAB = 8;                    // elements per 16-byte TMA access
+${layouts}constexpr int kAlignAB = 8;                    // elements per 16-byte TMA access
 constexpr int kAlignD = $align_d;
 
 using TileShape = Shape<Int<$bm>, Int<$bn>, Int<$bk>>;
@@ -648,7 +699,7 @@ static typename Gemm::Arguments make_arguments(const half* A, const half* B, $d_
   // Packed strides (M, K, L), (N, K, L), (M, N, L); 64-bit so M * K past 2^31 elements stays exact.$operand_note
   typename GemmKernel::StrideA stride_a = make_stride(int64_t(K), _1{}, $a_batch);
   typename GemmKernel::StrideB stride_b = make_stride(int64_t(K), _1{}, $b_batch);
-  typename GemmKernel::StrideD stride_d = make_stride(int64_t(N), _1{}, int64_t(M) * N);
+  typename GemmKernel::StrideD stride_d = $stride_d;
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::$mode,
       $problem,
@@ -671,7 +722,7 @@ extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   using cudal2_sm90::Gemm;
-  typename Gemm::Arguments args = cudal2_sm90::make_arguments(A, B, $d_arg, M, N, K);
+$call_note  typename Gemm::Arguments args = cudal2_sm90::make_arguments($ab, $d_arg, $mn, K);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
 $launch}

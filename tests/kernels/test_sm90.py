@@ -1,7 +1,7 @@
 """The sm90 (wgmma/TMA, CUTLASS 3.x) family: space, make, prune and render on the CPU; a compile sample for sm_90a
 (nvcc); correctness of a config sample through the evaluator on an H200 (gpu).
 
-CI cost (2 cores): four configs compiled on 2 workers (~2-3 min) plus one host-only probe of CUTLASS's shared memory
+CI cost (2 cores): six configs compiled on 2 workers (~3-4 min) plus one host-only probe of CUTLASS's shared memory
 figures (~20 s); everything else is Python.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -60,8 +61,9 @@ def space_size() -> int:
 
 
 def prepare_all(evaluator: Evaluator, jobs: list[tuple[str, list[Task]]]) -> list[Prepared]:
-    """The CPU stages (static rules, nvcc, link check) of several (source, tasks) at once: nvcc is single-threaded."""
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+    """The CPU stages (static rules, nvcc, link check) of several (source, tasks) at once, one nvcc per core (it is
+    single-threaded; more at once only stretch each toward the compile timeout)."""
+    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         return list(pool.map(lambda job: evaluator.prepare(*job), jobs))
 
 
@@ -138,10 +140,10 @@ def test_prune_refuses_other_archs():
 
 
 def test_prune_is_consistent_with_the_models_over_the_space():
-    # Every 11th config (11 is prime to every dimension's size, so the walk visits every value of each): the whole
-    # product is ~9M configs since raster, cluster 4 and more tile and split sizes came.
+    # Every 23rd config (23 is prime to every dimension's size, so the walk visits every value of each): the whole
+    # product is ~18M configs since raster, cluster 4, more tile and split sizes and swap_ab came.
     kept, total = 0, 0
-    for c in every_config(step=11):
+    for c in every_config(step=23):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
@@ -152,7 +154,7 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
-    assert total > space_size() // 11 - 1
+    assert total > space_size() // 23 - 1
     assert 0.03 * total < kept < 0.5 * total  # ~6%: split-K, stream-K and the atomic reduction need each other
 
 
@@ -273,6 +275,33 @@ def test_a_forced_raster_order_is_set_and_the_heuristic_adds_nothing():
             assert FAMILY.prune(forced, ARCH) is None
 
 
+def test_swapped_operands_compute_c_transposed_and_older_configs_render_unchanged():
+    """swap_ab: the kernel computes C^T[N,M] = B * A^T into a column-major D (which is C row-major), called with A and
+    B, M and N traded; it came after configs were stored, so unswapped names and sources stay as they were."""
+    params = {k: v for k, v in config_params(cfg()).items() if k != "swap_ab"}
+    old = FAMILY.make(params)
+    assert old == cfg() and not old.swap_ab and "swap" not in config_name(FAMILY, old)
+    plain = FAMILY.render(old)
+    assert "make_arguments(A, B, C, M, N, K);" in plain and "LayoutD = cutlass::layout::RowMajor;" in plain
+    assert "make_stride(int64_t(N), _1{}, int64_t(M) * N);" in plain and "swapped" not in plain
+    swapped = cfg(bm=128, bn=96, cluster_m=1, cluster_n=2, swap_ab=True)
+    src = FAMILY.render(swapped)
+    assert config_name(FAMILY, swapped) == config_name(FAMILY, replace(swapped, swap_ab=False)) + "-swap_ab1"
+    for piece in ("Operands swapped: the kernel computes C^T[N,M] = B[N,K] * A[M,K]^T",
+                  "using LayoutD = cutlass::layout::ColumnMajor;", "stride_d = make_stride(_1{}, int64_t(M), int64_t(M) * N);",
+                  "make_arguments(B, A, C, N, M, K);", "make_arguments(nullptr, nullptr, nullptr, N, M, K)"):
+        assert piece in src, piece
+    assert "$" not in src and check_source(src) == []
+    batched = FAMILY.render(replace(swapped, splits=4))
+    assert "make_arguments(B, A, static_cast<float*>(workspace), N, M, K);" in batched
+    assert "split_workspace_bytes(N, M, K);" in batched and "MN, 4, vec4);" in batched
+    # The wave model sees C's tile: BN rows x BM columns.
+    assert (FAMILY.tiling(swapped).bm, FAMILY.tiling(swapped).bn) == (96, 128)
+    # Alignment is C's either way: the TMA store needs N % 8 == 0 (C's rows are C^T's columns).
+    assert "N % 8" in FAMILY.supports(swapped, Task(64, 1001, 512, Acc.FP32))
+    assert FAMILY.supports(swapped, Task(1001, 64, 512, Acc.FP32)) is None
+
+
 def test_configs_like_a_cublaslt_algorithm():
     # cuBLASLt on 256x512x12288 (H200): a 64x96 tile, split-K 5, a 4x2 cluster (tests/sandbox/test_lt_algo.py).
     likes = FAMILY.like_cublaslt(LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2))
@@ -288,10 +317,19 @@ def test_configs_like_a_cublaslt_algorithm():
     assert [(c.scheduler, c.reduction) for c in wide[::2]] == [
         (Scheduler.PERSISTENT, Reduction.ORDERED), (Scheduler.STREAMK, Reduction.ATOMIC),
         (Scheduler.STREAMK, Reduction.ORDERED)]
-    # The cluster keeps cuBLASLt's footprint in outputs: its 32-row tile in 2 rows of CTAs (on 256x256x12288) is
-    # one of our 64-row tiles, so no cluster along M.
-    (grown, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
-    assert (grown.bm, grown.bn, grown.cluster_m, grown.cluster_n, grown.splits) == (64, 64, 1, 1, 4)
+    # Its 32-row tile (on 256x256x12288) with the operands swapped: the kernel's 64 x 32 tile is 32 rows x 64
+    # columns of C, and cuBLASLt's 2 CTAs along C's M are 2 along the kernel's N.
+    (swapped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
+    assert (swapped.bm, swapped.bn, swapped.cluster_m, swapped.cluster_n, swapped.splits) == (64, 32, 1, 2, 4)
+    assert swapped.swap_ab and FAMILY.tiling(swapped).bm == 32 and FAMILY.tiling(swapped).bn == 64
+    # A 96-row tile (12288x256x2048): swapped, the cooperative kernel's 128 x 96.
+    (rows96, *_) = FAMILY.like_cublaslt(LtAlgo(66, 96, 128, 1, "none", 2, 1))
+    assert (rows96.bm, rows96.bn, rows96.cluster_m, rows96.cluster_n, rows96.swap_ab) == (128, 96, 1, 2, True)
+    assert rows96.schedule is Schedule.COOPERATIVE
+    # The cluster keeps cuBLASLt's footprint in outputs: a 16-column tile in 2 columns of CTAs is one of our
+    # 32-column tiles, so no cluster along N.
+    (clipped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 16, 4, "fp32 workspace", 1, 2))
+    assert (clipped.bm, clipped.bn, clipped.cluster_m, clipped.cluster_n, clipped.swap_ab) == (64, 32, 1, 1, False)
     # Rounded to the space in log2: 7 ranges -> 8, an 80-wide tile -> 96; without a split: persistent.
     (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 80, 7, "fp32 workspace", 2, 1))
     assert (odd.bm, odd.bn, odd.splits, odd.cluster_m, odd.cluster_n) == (128, 96, 8, 2, 1)
@@ -316,7 +354,7 @@ def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
 
 
 def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
-    kept = [c for c in every_config(step=997) if FAMILY.prune(c, ARCH) is None]
+    kept = [c for c in every_config(step=1997) if FAMILY.prune(c, ARCH) is None]
     sources = [FAMILY.render(c) for c in kept]
     assert len(set(sources)) == len(sources) > 10
     for src in sources:
@@ -333,6 +371,9 @@ COMPILE_SAMPLE = [
     cfg(bm=64, bn=256, schedule=Schedule.PINGPONG, stages=4, swizzle=2, raster=Raster.ALONG_M),
     cfg(bm=128, bn=96, cluster_m=4, cluster_n=2, scheduler=Scheduler.STREAMK, splits=5, reduction=Reduction.ATOMIC),
     cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=4),  # split-K as a batch
+    # Operands swapped: half D column-major through the TMA store; and fp32 partials column-major, split as a batch.
+    cfg(bm=128, bn=96, cluster_m=1, cluster_n=2, swap_ab=True),
+    cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, swap_ab=True),
 ]
 
 
@@ -373,6 +414,10 @@ PROBE_SAMPLE = [
     # Split-K as a batch: fp32 D, so the TMA epilogue stages twice the bytes.
     cfg(bm=64, bn=96, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=6),
     cfg(bm=128, bn=256, splits=4),
+    # Operands swapped: a column-major D, whose epilogue takes 1024 bytes more for half D too.
+    cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
+    cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True),
+    cfg(bm=128, bn=128, cluster_n=1, scheduler=Scheduler.STREAMK, splits=4, swap_ab=True),
 ]
 
 
@@ -412,6 +457,10 @@ GPU_SAMPLE = [
     # Split-K as a batch (K % (8 * splits) == 0: the odd shapes with K = 2048 and 512 have it).
     cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=4, cluster_n=2, splits=4),
     cfg(bm=128, bn=128, cluster_n=1, splits=8, epilogue=Epilogue.NOSMEM),
+    # Operands swapped (C^T = B * A^T into a column-major D): plain, split as a batch, and stream-K without smem.
+    cfg(bm=128, bn=96, cluster_m=1, cluster_n=2, swap_ab=True),
+    cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, swap_ab=True),
+    cfg(bm=128, bn=64, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM, swap_ab=True),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only
