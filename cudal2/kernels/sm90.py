@@ -57,10 +57,11 @@ ARCH = "sm_90a"
 SMEM_CAPACITY = 232448
 # Per-stage mainloop overhead: PipelineTmaAsync's full and empty mbarriers (2 x 8 bytes), as CUTLASS counts it.
 STAGE_BARRIER_BYTES = 16
-# The TMA epilogue's shared storage beyond its D buffers (the 1024-byte alignment of swizzled smem, its barriers), for
-# half D; CUTLASS takes twice that for fp32 D (split-K as a batch) and for a column-major D (operands swapped),
-# measured with probe_source() on two and six configs.
-EPILOGUE_SMEM_PAD = 1024
+# The TMA epilogue's shared storage beyond its D buffers (their alignment to the swizzle pattern, its barriers):
+# this many times the swizzle width, the largest power of two (at most 128 bytes) dividing the bytes of the epilogue
+# tile's contiguous dimension. Measured with probe_source() (half and fp32 D, row- and column-major, epilogue tiles
+# 8-32 columns wide): 1024 bytes for a half row-major D of 32 columns (64 bytes), 2048 for 128-byte ones.
+EPILOGUE_SMEM_PAD_PER_SWIZZLE_BYTE = 16
 # Kernel shared storage besides the mainloop stages and the epilogue (pipeline, scheduler and order barriers),
 # rounded up. Both constants are measured with probe_source() (sizeof(GemmKernel::SharedStorage), nvcc 13.0 +
 # CUTLASS 4.2), and tests/kernels/test_sm90.py checks that the model never underestimates CUTLASS.
@@ -147,8 +148,11 @@ class Sm90Config:
 SPACE: dict[str, tuple[Any, ...]] = {
     "bm": (64, 128, 256),
     # 32, 96 and 192 after the first stored configs: cuBLASLt's autotuned kernels on the grid's skinny long-K shapes
-    # use N tiles of 32-96 with clusters of up to 4 CTAs along M or N (benchmarks/lt_algos.py, benchmarks/RESULTS.md).
-    "bn": (32, 64, 96, 128, 192, 256),
+    # use N tiles of 32-96 with clusters of up to 4 CTAs along M or N (benchmarks/lt_algos.py, benchmarks/RESULTS.md);
+    # 16, 48, 80, 160 and 176 later, as cuBLASLt's tiles on the grid's small and middle shapes (64x176, 128x80; 16-,
+    # 48- and 160-row ones, which are N tiles with the operands swapped). Multiples of 16 only: an N tile that is an
+    # odd multiple of 8 (its 24, 40, 56) fails CuTe's "Stride Divisibility Condition" (nvcc 13.0, CUTLASS 4.2).
+    "bn": (16, 32, 48, 64, 80, 96, 128, 160, 176, 192, 256),
     "bk": (64, 128),
     "cluster_m": (1, 2, 4),
     "cluster_n": (1, 2, 4),
@@ -196,17 +200,20 @@ def d_bytes(cfg: Sm90Config) -> int:
 
 def epilogue_smem_bytes(cfg: Sm90Config) -> int:
     """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (EpilogueTileAuto, D's type)
-    plus EPILOGUE_SMEM_PAD; 0 for the no-smem epilogue.
+    plus their alignment pad; 0 for the no-smem epilogue.
 
-    Epilogue tile: cooperative min(BM, 128) x 32, pingpong min(BM, 64) x 32; min(2, tiles per CTA tile) buffers.
+    Epilogue tile (CUTLASS's EpilogueTileAuto): cooperative min(BM, 128), pingpong min(BM, 64) rows, by
+    gcd(min(32, BN), BN) columns; min(2, tiles per CTA tile) buffers.
     """
     if cfg.epilogue is Epilogue.NOSMEM:
         return 0
     epi_m = min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
-    epi_n = 32
+    epi_n = math.gcd(min(32, cfg.bn), cfg.bn)
     stages_d = min(2, (cfg.bm // epi_m) * (cfg.bn // epi_n))
-    pad = EPILOGUE_SMEM_PAD * (2 if cfg.swap_ab or d_bytes(cfg) == 4 else 1)
-    return stages_d * epi_m * epi_n * d_bytes(cfg) + pad
+    # D is stored along C's N: the epilogue tile's columns, or with the operands swapped (D column-major) its rows
+    contiguous = (epi_m if cfg.swap_ab else epi_n) * d_bytes(cfg)
+    swizzle_width = min(128, contiguous & -contiguous)
+    return stages_d * epi_m * epi_n * d_bytes(cfg) + EPILOGUE_SMEM_PAD_PER_SWIZZLE_BYTE * swizzle_width
 
 
 def pipeline_stages(cfg: Sm90Config) -> int:

@@ -140,10 +140,10 @@ def test_prune_refuses_other_archs():
 
 
 def test_prune_is_consistent_with_the_models_over_the_space():
-    # Every 23rd config (23 is prime to every dimension's size, so the walk visits every value of each): the whole
-    # product is ~18M configs since raster, cluster 4, more tile and split sizes and swap_ab came.
+    # Every 53rd config (53 is prime to every dimension's size, so the walk visits every value of each): the whole
+    # product is ~33M configs since raster, cluster 4, more tile and split sizes and swap_ab came.
     kept, total = 0, 0
-    for c in every_config(step=23):
+    for c in every_config(step=53):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
@@ -154,7 +154,7 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
-    assert total > space_size() // 23 - 1
+    assert total > space_size() // 53 - 1
     assert 0.03 * total < kept < 0.5 * total  # ~6%: split-K, stream-K and the atomic reduction need each other
 
 
@@ -326,12 +326,17 @@ def test_configs_like_a_cublaslt_algorithm():
     (rows96, *_) = FAMILY.like_cublaslt(LtAlgo(66, 96, 128, 1, "none", 2, 1))
     assert (rows96.bm, rows96.bn, rows96.cluster_m, rows96.cluster_n, rows96.swap_ab) == (128, 96, 1, 2, True)
     assert rows96.schedule is Schedule.COOPERATIVE
-    # The cluster keeps cuBLASLt's footprint in outputs: a 16-column tile in 2 columns of CTAs is one of our
-    # 32-column tiles, so no cluster along N.
-    (clipped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 16, 4, "fp32 workspace", 1, 2))
-    assert (clipped.bm, clipped.bn, clipped.cluster_m, clipped.cluster_n, clipped.swap_ab) == (64, 32, 1, 1, False)
-    # Rounded to the space in log2: 7 ranges -> 8, an 80-wide tile -> 96; without a split: persistent.
-    (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 80, 7, "fp32 workspace", 2, 1))
+    # The cluster keeps cuBLASLt's footprint in outputs: an 8-column tile (1024x64x1024) in 2 columns of CTAs is one
+    # of our 16-column tiles, so no cluster along N.
+    (clipped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 8, 4, "fp32 workspace", 1, 2))
+    assert (clipped.bm, clipped.bn, clipped.cluster_m, clipped.cluster_n, clipped.swap_ab) == (64, 16, 1, 1, False)
+    # cuBLASLt's N tiles that are multiples of 16 are the space's own: 128x80 (256x1024x12288), 64x176 (128x8192x64).
+    (n80, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 80, 5, "fp32 workspace", 2, 1))
+    assert (n80.bm, n80.bn, n80.splits, n80.cluster_m, n80.cluster_n, n80.swap_ab) == (128, 80, 5, 2, 1, False)
+    (n176, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 176, 1, "none", 2, 4))
+    assert (n176.bm, n176.bn, n176.cluster_m, n176.cluster_n, n176.schedule) == (64, 176, 2, 4, Schedule.PINGPONG)
+    # Rounded to the space in log2: 7 ranges -> 8, an 88-wide tile -> 96; without a split: persistent.
+    (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 88, 7, "fp32 workspace", 2, 1))
     assert (odd.bm, odd.bn, odd.splits, odd.cluster_m, odd.cluster_n) == (128, 96, 8, 2, 1)
     (plain, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 32, 1, "none", 2, 4))
     assert (plain.schedule, plain.scheduler, plain.reduction) == (Schedule.PINGPONG, Scheduler.PERSISTENT,
@@ -354,7 +359,7 @@ def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
 
 
 def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
-    kept = [c for c in every_config(step=1997) if FAMILY.prune(c, ARCH) is None]
+    kept = [c for c in every_config(step=4999) if FAMILY.prune(c, ARCH) is None]
     sources = [FAMILY.render(c) for c in kept]
     assert len(set(sources)) == len(sources) > 10
     for src in sources:
@@ -418,6 +423,10 @@ PROBE_SAMPLE = [
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
     cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True),
     cfg(bm=128, bn=128, cluster_n=1, scheduler=Scheduler.STREAMK, splits=4, swap_ab=True),
+    # N tiles of 16-wide epilogue tiles (gcd(32, BN)): a smaller alignment pad.
+    cfg(bm=64, bn=176, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
+    cfg(bm=128, bn=80, splits=4),
+    cfg(bm=128, bn=48, cluster_m=2, cluster_n=4, swap_ab=True),
 ]
 
 
@@ -461,6 +470,11 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=96, cluster_m=1, cluster_n=2, swap_ab=True),
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, swap_ab=True),
     cfg(bm=128, bn=64, cluster_m=2, cluster_n=1, scheduler=Scheduler.STREAMK, epilogue=Epilogue.NOSMEM, swap_ab=True),
+    # N tiles that are not powers of two, cuBLASLt's: 64x176 in a 2x4 cluster, 128x80 split as a batch, and 16 rows
+    # (swapped).
+    cfg(bm=64, bn=176, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
+    cfg(bm=128, bn=80, cluster_n=1, splits=4),
+    cfg(bm=64, bn=16, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only
