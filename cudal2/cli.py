@@ -135,6 +135,9 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--worst", type=int, default=0, help="tune only the N shapes of the set where the best stored "
                     "kernel is slowest vs cuBLAS on this GPU (none yet: first)")
     tu.add_argument("--sms", type=int, default=0, help="SM count for --strategy fill (default: the GPU's)")
+    tu.add_argument("--plan-as", default=None, metavar="GPU", help="with --compile-only: plan as a run on this "
+                    "stored GPU would (label or unique part, e.g. h200: --worst, warm start, cuBLASLt algorithms), to "
+                    "fill a compile cache for it on a CPU machine")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -151,7 +154,8 @@ def cmd_tune(args) -> int:
             families=tuple(args.family or ["all"]), strategy=Strategy(args.strategy),
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
-            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms)
+            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms,
+            plan_as=args.plan_as)
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

@@ -50,7 +50,7 @@ from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu, sm_count
 from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtDecodeError
 from cudal2.sandbox.lt_algo import decode as decode_lt_algo
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
-from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
 from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
 from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
 from cudal2.tune_search import Candidate, Proposal, Strategy, make_strategy
@@ -82,6 +82,10 @@ class TuneOptions:
     cache_dir: Path | None = None  # compile cache; None = the evaluator's default
     worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (GPU only)
     sms: int = 0  # SMs the fill strategy's wave model fills; 0 = the GPU's (cudal2.sandbox.gpu.SM_COUNTS)
+    # With compile_only: plan as a run on this stored GPU would (its label, or a unique part of one): --worst, the
+    # warm start and the cuBLASLt algorithms read its results, so the configs compiled are the ones that run would
+    # propose first, and a compile cache built here serves it (precompiling on a CPU machine). Nothing is measured.
+    plan_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,13 +200,18 @@ class Tuner:
         self.tasks = tuple(tasks)
         self.store, self.log, self.out = store, log, out
         self.families = families_named(options.families)
+        if options.plan_as is not None and not options.compile_only:
+            raise TuneInputError("--plan-as plans a --compile-only run as on a stored GPU; a GPU run plans as itself")
         self.gpu: GpuInfo | None = None if options.compile_only else detect_gpu(options.gpu_index)
         if self.gpu is None and not options.compile_only:
             raise TuneInputError("no CUDA GPU visible on this machine: use --compile-only")
+        # The GPU whose stored results plan the run: this one, or under --compile-only the one --plan-as names.
+        self.label: str | None = self.gpu.label if self.gpu else self._plan_label(options)
         if options.worst:
-            if self.gpu is None:
-                raise TuneInputError("--worst ranks this GPU's stored results: it needs a GPU, not --compile-only")
-            self.tasks = worst_shapes(store, log, self.tasks, self.gpu.label, options.worst)
+            if self.label is None:
+                raise TuneInputError("--worst ranks a GPU's stored results: it needs a GPU, or --plan-as with "
+                                     "--compile-only")
+            self.tasks = worst_shapes(store, log, self.tasks, self.label, options.worst)
         self.arch = options.arch or (self.gpu.arch if self.gpu else DEFAULT_ARCH)
         try:
             nvcc_flags(self.arch)
@@ -220,12 +229,20 @@ class Tuner:
         self.started = time.monotonic()
 
     # ------------------------------------------------------------------------------------------------- run
+    def _plan_label(self, options: TuneOptions) -> str | None:
+        if options.plan_as is None:
+            return None
+        try:
+            return resolve_gpu_label(self.store.ok_gpus(), options.plan_as, None)
+        except GpuLabelError as e:
+            raise TuneInputError(f"--plan-as: {e}") from None
+
     def run(self) -> TuneSummary:
         workers = self.options.compile_workers or os.cpu_count() or 1
         # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.
         config = PoolConfig(gpus=() if self.gpu is None else (self.gpu.index,), compile_workers=workers,
                             gpu_queue=max(2, workers), db_path=str(self.store.path), eval=self._eval_options())
-        if self.gpu is not None:
+        if self.label is not None:
             self.summary.warm_start = self._warm_start()
         pool = SandboxPool(config, self.runner)
         try:
@@ -264,11 +281,11 @@ class Tuner:
 
     def _feed_cublaslt_algos(self) -> None:
         """Give the strategy the cuBLASLt algorithm stored for each target on this GPU, decoded."""
-        if self.gpu is None:
-            raise TuneInputError(f"--strategy {self.options.strategy.value} starts from the cuBLASLt algorithms this "
-                                 "GPU's evaluations stored: it needs a GPU, not --compile-only")
+        if self.label is None:
+            raise TuneInputError(f"--strategy {self.options.strategy.value} starts from the cuBLASLt algorithms a "
+                                 "GPU's evaluations stored: it needs a GPU, or --plan-as with --compile-only")
         for task in self.tasks:
-            algo_hex = self.store.get_algo(task, self.gpu.label, CUBLASLT_AUTOTUNED)
+            algo_hex = self.store.get_algo(task, self.label, CUBLASLT_AUTOTUNED)
             if algo_hex is not None:
                 try:
                     self.strategy.observe_cublaslt(task, decode_lt_algo(algo_hex))
@@ -283,10 +300,10 @@ class Tuner:
         if self.options.strategy.plans_from_store:
             targets = set(self.tasks)
             for acc in dict.fromkeys(t.acc for t in self.tasks):
-                shapes += [t for t in self.store.ok_shapes(acc, self.gpu.label) if t not in targets]
+                shapes += [t for t in self.store.ok_shapes(acc, self.label) if t not in targets]
         fed = 0
         for task in shapes:
-            for stored in stored_candidates(self.store, self.log, task, self.gpu.label, self.families,
+            for stored in stored_candidates(self.store, self.log, task, self.label, self.families,
                                             self.strategy.warm_configs):
                 self.strategy.observe_stored(stored.candidate, task, stored.median_us, stored.current)
                 self.best_us[task] = min(self.best_us.get(task, stored.median_us), stored.median_us)

@@ -23,7 +23,8 @@
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
-# Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl, datasets, dill,
+# Carried precompiled libraries (.precompiled/, ignored by git; scripts/precompile.sh makes them) go into the compile
+# cache first. Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl, datasets, dill,
 # multiprocess (the device image lacks them; pyarrow, pandas, fsspec, xxhash are there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,13 @@ export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/cudal2-cache}
   python3 -c 'import torch; print("torch", torch.__version__)'; git log -1 --format='commit %H %s' 2>/dev/null; } \
   | tee "$OUT/env.txt"
 rc=0
+# Libraries compiled on a CPU machine for this call (scripts/precompile.sh), carried in .precompiled/: into the cache
+# the evaluator reads, which serves each after checking its sha256.
+for packed in .precompiled/*.tar.gz; do
+  [[ -f $packed ]] || continue
+  mkdir -p "$XDG_CACHE_HOME/cudal2/build" && tar -xzf "$packed" -C "$XDG_CACHE_HOME/cudal2/build" \
+    && echo "precompiled: $(tar -tzf "$packed" | grep -c 'candidate.so$') libraries from $packed" || rc=1
+done
 if [[ $what == smoke || $what == all ]]; then
   python3 -m cudal2.cli eval kernels/seed/*.cu --mnk 128_128_128 --mnk 1024_1024_1024 --mnk 4096_4096_4096 \
     --db "$OUT/results.sqlite" 2>&1 | tee "$OUT/smoke.log" || rc=1

@@ -330,7 +330,7 @@ def test_cublaslt_plans_the_configs_like_each_shapes_algorithm():
 
 
 def test_cublaslt_needs_a_gpus_stored_algorithms(tmp_path):
-    with pytest.raises(tune.TuneInputError, match="needs a GPU, not --compile-only"):
+    with pytest.raises(tune.TuneInputError, match="needs a GPU, or --plan-as with --compile-only"):
         tune.run(_options(tmp_path, strategy=Strategy.CUBLASLT), TWO_SHAPES)
 
 
@@ -558,6 +558,37 @@ def test_gpu_path_ranks_resumes_and_reports_with_a_simulated_gpu(tmp_path, monke
                             out=lines.append, runner=SIMULATED)
     assert evolutionary.warm_start == 6 and evolutionary.submitted >= 1
     assert min(b.median_us for b in evolutionary.best) <= min(b.median_us for b in first.best)
+
+
+def _stored_config_names(db: Path) -> set[str]:
+    with closing(sqlite3.connect(db)) as conn:
+        return {name for (name,) in conn.execute("SELECT config FROM tune_configs")}
+
+
+@pytest.mark.nvcc
+def test_plan_as_precompiles_what_the_gpu_run_then_proposes_and_serves_it_from_the_cache(tmp_path, monkeypatch):
+    """`--compile-only --plan-as GPU` on a CPU machine plans as that GPU's run would (worst shapes, warm start from
+    its results) and fills the compile cache; the GPU run then proposes the same configs and compiles none."""
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    measured = _options(tmp_path, compile_only=False, max_configs=1)
+    tune.run(measured, TWO_SHAPES, out=lambda line: None, runner=SIMULATED)  # the GPU's stored results
+    before = _stored_config_names(tmp_path / "r.sqlite")
+    plan = replace(measured, compile_only=True, strategy=Strategy.NEIGHBOURS, worst=1, max_configs=2)
+    with pytest.raises(tune.TuneInputError, match="--worst ranks a GPU's stored results"):
+        tune.run(plan, TWO_SHAPES)
+    with pytest.raises(tune.TuneInputError, match="--plan-as: .*matches none"):
+        tune.run(replace(plan, plan_as="a100"), TWO_SHAPES)
+    with pytest.raises(tune.TuneInputError, match="a GPU run plans as itself"):
+        tune.run(replace(plan, compile_only=False, plan_as="simulated"), TWO_SHAPES)
+    precompiled = tune.run(replace(plan, plan_as="simulated"), TWO_SHAPES, out=lambda line: None)
+    assert precompiled.warm_start > 0 and precompiled.submitted == 2
+    assert precompiled.statuses[Status.COMPILED.value] == 2  # one shape: the worst
+    planned = _stored_config_names(tmp_path / "r.sqlite") - before
+    libraries = sorted((tmp_path / "build").rglob("*.so"))
+    on_gpu = tune.run(replace(plan, compile_only=False), TWO_SHAPES, out=lambda line: None, runner=SIMULATED)
+    assert on_gpu.submitted == 2 and on_gpu.statuses[Status.OK.value] == 2
+    assert _stored_config_names(tmp_path / "r.sqlite") - before == planned and len(planned) == 2
+    assert sorted((tmp_path / "build").rglob("*.so")) == libraries  # nothing compiled again
 
 
 @pytest.mark.nvcc

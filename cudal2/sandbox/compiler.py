@@ -6,9 +6,11 @@ nvcc seconds, the untrimmed log, the ptxas figures of each kernel). Compile erro
 source gives the same error without running nvcc again. Timeouts and internal errors are not cached (they say
 something about the machine, not about the source).
 
-The key is sha256 over the source, the exact nvcc flags (CUTLASS include path among them), the nvcc version
-line, the target, EVALUATOR_VERSION and a marker of the CUTLASS headers (a hash of cutlass/version.h): anything
-that could change the library or the verdict changes the key.
+The key is sha256 over the source, the exact nvcc flags, the nvcc version line, the target, EVALUATOR_VERSION and
+a marker of the CUTLASS headers (a hash of cutlass/version.h): anything that could change the library or the
+verdict changes the key. The CUTLASS include dir enters through that marker, not its path, so a cache filled on
+one machine serves another with the same nvcc and CUTLASS wherever pip put them (`cudal2 tune --compile-only
+--plan-as` fills one on a CPU machine for a GPU run; a served library is still checked against its sha256).
 
 Why an atomic rename: each compile builds in a fresh `tempfile.mkdtemp(dir=cache_dir)` and, once meta.json is
 written, renames that directory into place in one step. A reader therefore sees either no entry or a complete
@@ -138,10 +140,12 @@ def _cutlass_marker(include: str | None) -> str:
 
 
 def cache_key(source: str, arch: str, flags: list[str], version: str) -> str:
-    """sha256 over everything that can change the library or the verdict."""
+    """sha256 over everything that can change the library or the verdict (the CUTLASS include path as a placeholder:
+    its headers are keyed by their marker)."""
+    include = cutlass_include_dir()
     parts = {
         "source": source,
-        "flags": flags,
+        "flags": ["<cutlass include>" if include is not None and flag == include else flag for flag in flags],
         "nvcc": version,
         "arch": arch,
         "evaluator": EVALUATOR_VERSION,

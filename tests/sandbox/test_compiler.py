@@ -15,6 +15,7 @@ import pytest
 from cudal2.sandbox import compiler
 from cudal2.sandbox.compiler import (
     BASE_FLAGS,
+    cache_key,
     compile_source,
     cutlass_include_dir,
     nvcc_flags,
@@ -201,6 +202,22 @@ def test_cutlass_include_env(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="CUDAL2_CUTLASS_INCLUDE"):
         nvcc_flags("sm_80")
+
+
+def test_cache_key_follows_cutlass_headers_not_where_they_are(monkeypatch, tmp_path):
+    """A compile cache filled on one machine serves another with the same nvcc and CUTLASS (pip puts the headers in
+    different places): the include path does not enter the key, the headers' version marker does."""
+    def key_with(include: Path, version: str) -> str:
+        (include / "cutlass").mkdir(parents=True, exist_ok=True)
+        (include / "cutlass" / "version.h").write_text(version)
+        monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", str(include))
+        return cache_key(TINY, "sm_90a", nvcc_flags("sm_90a"), "Build cuda_13.0")
+
+    here = key_with(tmp_path / "site-packages", "#define CUTLASS_MINOR 2")
+    assert key_with(tmp_path / "tmp" / "site", "#define CUTLASS_MINOR 2") == here
+    assert key_with(tmp_path / "tmp" / "site", "#define CUTLASS_MINOR 3") != here
+    monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", "")  # no CUTLASS at all: another key again
+    assert cache_key(TINY, "sm_90a", nvcc_flags("sm_90a"), "Build cuda_13.0") != here
 
 
 def test_cutlass_include_from_pip_package(monkeypatch):
