@@ -27,7 +27,7 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               epilogue (predicated element stores from registers, any N)
     operands  `swap_ab` computes C^T[N,M] = B[N,K] * A[M,K]^T instead: both operands stay K-major, and C^T column-major
               is C row-major, so only the layouts, D's strides and the argument order change. wgmma's M is 64 per
-              warpgroup, so C's rows get tiles of 64-256 unswapped, and of 32-256 (the N tiles) swapped.
+              warpgroup, so C's rows get tiles of 64-256 unswapped, and of 16-256 (the N tiles) swapped.
 
 Layout: C[M,N] = A[M,K] * B[N,K]^T, all row-major half. In CUTLASS terms A is RowMajor MxK (K-major), B is
 ColumnMajor KxN (K-major, i.e. B's rows are the N index), D is RowMajor MxN; C (the beta source) is void, so C is
@@ -140,7 +140,7 @@ class Sm90Config:
     raster: Raster = field(default=Raster.HEURISTIC, metadata=ADDED_LATER)  # tile order; added after stored configs
     # The kernel computes C^T[N,M] = B[N,K] * A[M,K]^T instead: A and B trade places (both stay K-major) and C^T
     # column-major is C row-major, so BM, cluster_m and raster's M run along C's N, and BN and cluster_n along C's M.
-    # Output tiles of 32 to 256 rows (wgmma's M is 64 per warpgroup), as cuBLASLt runs on skinny-M shapes (its 32x64
+    # Output tiles of 16 to 256 rows (wgmma's M is 64 per warpgroup), as cuBLASLt runs on skinny-M shapes (its 32x64
     # and 96x128 tiles). Added after stored configs.
     swap_ab: bool = field(default=False, metadata=ADDED_LATER)
 
