@@ -379,6 +379,8 @@ class Tuner:
     def _resume(self, jobs: list[_Job]) -> bool:
         """Drop from `jobs` those the store already answers (their times feed the strategy); True when that was
         all of them (the config counts as resumed)."""
+        if self.gpu is None and self.options.plan_as is not None:  # precompiling: the library must be in the
+            return False                                               # cache, a stored compile outcome is not enough
         if self.gpu is None:  # compile-only: one compile answers every shape
             known = self.log.compile_of(jobs[0].source_hash, self.arch)
             if known is None:

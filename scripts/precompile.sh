@@ -11,7 +11,9 @@
 # goes to .precompiled/build.tar.gz (git-ignored): carry it with `.whl`, and `scripts/gpu_check.sh` unpacks it into
 # the device's cache. Cache keys hold the nvcc version and CUTLASS's version marker, not paths: a library built here
 # is served there only for the same nvcc and CUTLASS, and is checked against its sha256 first. The store copy is
-# discarded (the GPU run records the compiles itself).
+# discarded (the GPU run records the compiles itself). A re-run goes on from the pack there is (its libraries are
+# cache hits) and adds to it; remove .precompiled/ to start afresh. `--strategy cublaslt` decodes the stored cuBLASLt
+# algorithms, which needs the cuBLAS headers and library here (CUDAL2_CUBLAS_HOME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -ge 1 && $1 =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "usage: bash scripts/precompile.sh MINUTES <cudal2 tune arguments>" >&2; exit 2; }
@@ -21,6 +23,8 @@ store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gunzip -c "$store" > "$work/plan.sqlite"
+mkdir -p "$work/cache/cudal2/build"
+[[ ! -f .precompiled/build.tar.gz ]] || tar -xzf .precompiled/build.tar.gz -C "$work/cache/cudal2/build"
 XDG_CACHE_HOME="$work/cache" python3 -m cudal2.cli tune --compile-only --plan-as "${PLAN_AS:-h200}" \
   --db "$work/plan.sqlite" --budget-minutes "$minutes" "$@" | grep -v '^\[job'
 mkdir -p .precompiled

@@ -589,6 +589,10 @@ def test_plan_as_precompiles_what_the_gpu_run_then_proposes_and_serves_it_from_t
     assert on_gpu.submitted == 2 and on_gpu.statuses[Status.OK.value] == 2
     assert _stored_config_names(tmp_path / "r.sqlite") - before == planned and len(planned) == 2
     assert sorted((tmp_path / "build").rglob("*.so")) == libraries  # nothing compiled again
+    # Precompiling again into an empty cache compiles again: the store's compile outcomes are no library.
+    shutil.rmtree(tmp_path / "build")
+    again = tune.run(replace(plan, strategy=Strategy.RANDOM, plan_as="simulated"), TWO_SHAPES, out=lambda line: None)
+    assert (again.submitted, again.resumed) == (2, 0) and len(list((tmp_path / "build").rglob("*.so"))) == 2
 
 
 @pytest.mark.nvcc
