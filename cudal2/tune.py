@@ -80,7 +80,7 @@ class TuneOptions:
     target_ms: float = 50.0  # timing budget per timed kernel per shape (the evaluator's default is 150)
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
     cache_dir: Path | None = None  # compile cache; None = the evaluator's default
-    worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (GPU only)
+    worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (a GPU's)
     sms: int = 0  # SMs the fill strategy's wave model fills; 0 = the GPU's (cudal2.sandbox.gpu.SM_COUNTS)
     # With compile_only: plan as a run on this stored GPU would (its label, or a unique part of one): --worst, the
     # warm start and the cuBLASLt algorithms read its results, so the configs compiled are the ones that run would
@@ -228,8 +228,8 @@ class Tuner:
         self.best_us: dict[Task, float] = {}
         self.started = time.monotonic()
 
-    # ------------------------------------------------------------------------------------------------- run
     def _plan_label(self, options: TuneOptions) -> str | None:
+        """The stored GPU label --plan-as names, None without it."""
         if options.plan_as is None:
             return None
         try:
@@ -237,6 +237,7 @@ class Tuner:
         except GpuLabelError as e:
             raise TuneInputError(f"--plan-as: {e}") from None
 
+    # ------------------------------------------------------------------------------------------------- run
     def run(self) -> TuneSummary:
         workers = self.options.compile_workers or os.cpu_count() or 1
         # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.
@@ -379,8 +380,8 @@ class Tuner:
     def _resume(self, jobs: list[_Job]) -> bool:
         """Drop from `jobs` those the store already answers (their times feed the strategy); True when that was
         all of them (the config counts as resumed)."""
-        if self.gpu is None and self.options.plan_as is not None:  # precompiling: the library must be in the
-            return False                                               # cache, a stored compile outcome is not enough
+        if self.options.plan_as is not None:  # --compile-only
+            return False  # precompiling: the library must be in the cache; a stored compile outcome is not one
         if self.gpu is None:  # compile-only: one compile answers every shape
             known = self.log.compile_of(jobs[0].source_hash, self.arch)
             if known is None:

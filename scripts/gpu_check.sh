@@ -24,8 +24,8 @@
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
 # Carried precompiled libraries (.precompiled/, ignored by git; scripts/precompile.sh makes them) go into the compile
-# cache first. Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl, datasets, dill,
-# multiprocess (the device image lacks them; pyarrow, pandas, fsspec, xxhash are there).
+# cache first. Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl,
+# datasets, dill, multiprocess (the device image lacks them; pyarrow, pandas, fsspec, xxhash are there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudal2-out}
