@@ -32,7 +32,9 @@
                   cuBLAS's own choice is a strong start where it beats every config of the store.
     rerender      no search: after a family's code changed (so some configs render a source other than the one
                   stored), each target shape gets today's render of its RERENDER_PER_SHAPE fastest such stale configs
-                  measured within RERENDER_WITHIN_US of the shape's fastest. Configs whose render is unchanged are
+                  measured within RERENDER_WITHIN_US of the shape's fastest, once their time is divided by the
+                  family's `rerender_gain` (1 where a change only shaves a constant; sm90's tiles that gained
+                  one wide wgmma per K step may run up to 1.8x faster). Configs whose render is unchanged are
                   never proposed: the store already answers them.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
@@ -358,7 +360,9 @@ class RerenderSearch(PlannedSearch):
         for target in self.targets:
             done = self._current.get(target, set())
             stale = sorted((us, name, c) for name, (us, c) in self._stale.get(target, {}).items() if name not in done)
-            close = [c for us, _, c in stale if us <= self._fastest[target] + RERENDER_WITHIN_US]
+            # A stale time over the family's gain for today's render: what that render may reach.
+            close = [c for us, _, c in stale
+                     if us / c.family.rerender_gain(c.cfg) <= self._fastest[target] + RERENDER_WITHIN_US]
             for rank, cand in enumerate(close[:RERENDER_PER_SHAPE]):
                 picks.add(cand, rank, target)
 

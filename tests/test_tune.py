@@ -18,7 +18,7 @@ import pytest
 from cudal2 import tune, tune_search
 from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.sm80 import Sm80Family
-from cudal2.kernels.sm90 import Sm90Family
+from cudal2.kernels.sm90 import EXTENDED_GMMA_DEFINE, EXTENDED_GMMA_GAIN, Sm90Family, extended_gmma
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.evaluator import source_hash
 from cudal2.sandbox.harness_build import find_cublas
@@ -288,6 +288,22 @@ def test_rerender_plans_stale_configs_close_to_the_shapes_best():
     search.observe_stored(_sm90(scheduler="streamk", splits=16, bn=64, cluster_n=1), other, 1.0, current=False)
     plan = [p for p in iter(search.propose, None)]
     assert [(p.candidate.name, p.shapes) for p in plan] == [(close.name, (target,))]
+
+
+def test_rerender_divides_a_stale_time_by_the_familys_gain_for_todays_render():
+    """An sm90 tile that now runs one extended-shape wgmma per K step (N = 80) may run up to 1.8x faster than its
+    stored render: 1.5x the shape's fastest is close for it, but not for a stale stream-K config (a constant)."""
+    target = Task(256, 1024, 12288)
+    search = RerenderSearch((SM90,), random.Random(0), (target,))
+    search.observe_stored(_sm90(bm=128, bn=64, cluster_n=1), target, 20.0, current=True)
+    wide = _sm90(bm=128, bn=80, cluster_m=2, cluster_n=1, splits=4)
+    too_slow = _sm90(bm=128, bn=176, cluster_n=1)
+    constant = _sm90(scheduler="streamk", bn=64, cluster_n=1)
+    assert SM90.rerender_gain(wide.cfg) == EXTENDED_GMMA_GAIN > 1.5 and SM90.rerender_gain(constant.cfg) == 1.0
+    search.observe_stored(wide, target, 30.0, current=False)
+    search.observe_stored(too_slow, target, (20.0 + RERENDER_WITHIN_US) * EXTENDED_GMMA_GAIN + 0.1, current=False)
+    search.observe_stored(constant, target, 30.0, current=False)
+    assert [(p.candidate.name, p.shapes) for p in iter(search.propose, None)] == [(wide.name, (target,))]
 
 
 def test_neighbours_step_one_parameter_from_each_shapes_fastest_config():
@@ -709,21 +725,28 @@ def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_pa
     """A family change (e.g. a parameter added later, `ADDED_LATER`) must leave every stored config's source as it
     was measured: otherwise resumption, transfer and fill lose the store's results. The one deliberate exception:
     sm90 stream-K sources as measured before commit b946c64, which cleared their flags through CUTLASS's
-    initialize() (a memset node); `tune --strategy rerender` measures their new renders."""
+    initialize() (a memset node), and sm90 tiles whose N needs CuTe's extended wgmma shapes, as measured before they
+    had them (several narrower wgmmas per K step); `tune --strategy rerender` measures their new renders."""
     db = _benchmark("wave_model_check").open_db(COMMITTED_STORE, tmp_path)
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT t.source_hash, t.family, t.params_json, s.source FROM tune_configs t"
                             " JOIN sources s USING (source_hash)").fetchall()
     families = {f.name: f for f in tune.FAMILIES}
     assert len(rows) > 300
-    rerendered = 0
+    rerendered = {"streamk": 0, "extended": 0}
     for stored_hash, family, params, stored_source in rows:
         f = families[family]
         cfg = f.make(json.loads(params))
         today = f.render(cfg)
         if source_hash(today) == stored_hash:
             continue
-        assert family == SM90.name and cfg.scheduler.value == "streamk", (family, params)
+        assert family == SM90.name, (family, params)
+        if extended_gmma(cfg):  # measured before the define: today's source is the stored one plus the define
+            today = today.replace(EXTENDED_GMMA_DEFINE, "", 1)
+            rerendered["extended"] += 1
+            if source_hash(today) == stored_hash:
+                continue
+        assert cfg.scheduler.value == "streamk", params
         assert "gemm.initialize(args, workspace, stream)" in stored_source and "clear_flags" in today
-        rerendered += 1
-    assert rerendered > 0
+        rerendered["streamk"] += 1
+    assert rerendered["streamk"] > 0 and rerendered["extended"] > 0

@@ -19,6 +19,8 @@ A family is a parameterised HGEMM generator. The tuner (`cudal2 tune`) and a pol
     family.decomposition    -> tuple of parameter names            the parameters that only change that cut (tile,
                                                                    split, scheduler), which the `fill` search varies;
                                                                    () when none can change without changing the code
+    family.rerender_gain(cfg) -> float                             how much faster today's render may run than one
+                                                                   stored before a change of the family's code
 
 Configs are plain frozen dataclasses so that they hash, compare and print; `config_name(cfg)` gives a stable short
 name (the tuner keys its bookkeeping by it, the store keys results by source hash).
@@ -76,6 +78,12 @@ class KernelFamily(Protocol):
     def like_cublaslt(self, lt: LtAlgo) -> list[Any]:
         """Configs of this family nearest to a cuBLASLt algorithm (tile, split-K, cluster), most faithful first; []
         when the family cannot express one (`tune --strategy cublaslt` starts from them)."""
+        ...
+
+    def rerender_gain(self, cfg: Any) -> float:
+        """How many times faster today's render of `cfg` may run than a render stored before the family's code
+        changed: 1.0 where a change shaves at most a constant (`tune --strategy rerender` then takes the stale
+        configs within RERENDER_WITHIN_US of a shape's fastest), more where it speeds up the whole kernel."""
         ...
 
 

@@ -6,7 +6,8 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
     mainloop  cutlass::gemm::collective::CollectiveBuilder<arch::Sm90, OpClassTensorOp, ...>
               TMA loads (multicast across a cluster of up to 4 x 2 or 2 x 4 CTAs) into 128B-swizzled shared memory,
               an mbarrier pipeline of `stages` K-blocks, wgmma (SS: both operands from shared memory) in fp32 or
-              fp16 accumulators
+              fp16 accumulators, one m64nBNk16 per warpgroup and K step (CuTe's extended wgmma shapes where BN is
+              48, 80, 160 or 176: its standard ones alone split such a tile into several narrow wgmmas)
     kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue
@@ -168,6 +169,25 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "swap_ab": (False, True),
 }
 
+
+
+# wgmma's N is any multiple of 8 up to 256, but CuTe's instruction selector (ss_op_selector, cute/arch/mma_sm90.hpp)
+# offers only these unless CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED is defined, and takes the largest one that divides
+# the tile's N. Without the define a 64x80 tile issued five m64n16k16 wgmmas per K step (PTX) instead of one m64n80k16,
+# re-reading A from shared memory five times: N tiles 48, 80 and 160 measured ~1.3x slower per unit of work than the
+# same config at N = 64 or 128, and 176 (eleven m64n16k16) ~1.8x (benchmarks/RESULTS.md, eleventh session).
+STANDARD_GMMA_N = (8, 16, 32, 64, 96, 128, 192, 256)
+EXTENDED_GMMA_GAIN = 1.8  # the narrow wgmmas' cost per unit of work over one wide one, the most measured (N = 176)
+EXTENDED_GMMA_DEFINE = (
+    "// wgmma N = BN needs CuTe's extended shapes (otherwise: several narrower wgmmas per K step)\n"
+    "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+)
+
+
+def extended_gmma(cfg: Sm90Config) -> bool:
+    """Whether the tile's N needs CuTe's extended wgmma shapes to run as one instruction. Only those sources carry
+    the define, so every other config renders byte for byte as it was measured."""
+    return cfg.bn not in STANDARD_GMMA_N
 
 
 # ------------------------------------------------------------------------------------------------ smem model
@@ -351,12 +371,18 @@ class Sm90Family:
                       stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1,
                       serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
 
+    def rerender_gain(self, cfg: Sm90Config) -> float:
+        """Tiles that now run one extended-shape wgmma per K step (`extended_gmma`) measured up to EXTENDED_GMMA_GAIN
+        times slower per unit of work before; the stream-K flag change (b946c64) saves only ~1.2 us a call."""
+        return EXTENDED_GMMA_GAIN if extended_gmma(cfg) else 1.0
+
     def render(self, cfg: Sm90Config) -> str:
         if not isinstance(cfg, Sm90Config):
             raise BadConfig(f"not an Sm90Config: {cfg!r}")
         values = _template_values(self, cfg)
         return "".join((
-            _HEADER.substitute(values), _INCLUDES, "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
+            _HEADER.substitute(values), EXTENDED_GMMA_DEFINE if extended_gmma(cfg) else "", _INCLUDES,
+            "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
             _TYPES.substitute(values), _ENTRY.substitute(values),
         ))
 
@@ -748,4 +774,5 @@ def probe_source(family: Sm90Family, cfgs: list[Sm90Config]) -> str:
         f"probe{i}::GemmKernel::SharedStorageSize, int(sizeof(probe{i}::CollectiveEpilogue::SharedStorage)));"
         for i in range(len(cfgs))
     ]
-    return "".join((_INCLUDES, "#include <cstdio>\n\n", *blocks, "\nint main() {\n", "\n".join(prints), "\n}\n"))
+    define = EXTENDED_GMMA_DEFINE if any(map(extended_gmma, cfgs)) else ""
+    return "".join((define, _INCLUDES, "#include <cstdio>\n\n", *blocks, "\nint main() {\n", "\n".join(prints), "\n}\n"))

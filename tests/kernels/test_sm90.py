@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -18,6 +19,8 @@ import pytest
 
 from cudal2.kernels.family import BadConfig, config_name, config_params
 from cudal2.kernels.sm90 import (
+    EXTENDED_GMMA_DEFINE,
+    EXTENDED_GMMA_GAIN,
     FAMILY,
     SMEM_CAPACITY,
     Epilogue,
@@ -300,6 +303,35 @@ def test_swapped_operands_compute_c_transposed_and_older_configs_render_unchange
     # Alignment is C's either way: the TMA store needs N % 8 == 0 (C's rows are C^T's columns).
     assert "N % 8" in FAMILY.supports(swapped, Task(64, 1001, 512, Acc.FP32))
     assert FAMILY.supports(swapped, Task(1001, 64, 512, Acc.FP32)) is None
+
+
+EXTENDED_N = (48, 80, 160, 176)  # the space's N tiles that CuTe's standard wgmma shapes (8-256) do not include
+
+
+def test_n_tiles_off_the_standard_wgmma_shapes_enable_cutes_extended_ones():
+    """CuTe's selector picks the widest standard m64nNk16 dividing the tile's N unless its extended shapes are on: a
+    64x80 tile ran five m64n16k16 per K step. Only such tiles carry the define, so the others render as measured."""
+    for bn in FAMILY.space()["bn"]:
+        c = cfg(bm=64, bn=bn, schedule=Schedule.PINGPONG, cluster_n=1)
+        src = FAMILY.render(c)
+        assert (EXTENDED_GMMA_DEFINE in src) == (bn in EXTENDED_N), bn
+        assert FAMILY.rerender_gain(c) == (EXTENDED_GMMA_GAIN if bn in EXTENDED_N else 1.0), bn
+    src = FAMILY.render(cfg(bm=128, bn=80, splits=4, swap_ab=True))
+    assert src.index("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED") < src.index("#include <cute/tensor.hpp>")
+    assert EXTENDED_GMMA_DEFINE in probe_source(FAMILY, [DEFAULT, cfg(bn=176)])
+    assert EXTENDED_GMMA_DEFINE not in probe_source(FAMILY, [DEFAULT, cfg(bn=96)])
+
+
+@pytest.mark.nvcc
+def test_an_extended_n_tile_issues_one_wgmma_as_wide_as_the_tile(tmp_path):
+    """The PTX of a 64x80 tile: m64n80k16 wgmmas only (CuTe's standard shapes alone gave m64n16k16)."""
+    (tmp_path / "k.cu").write_text(FAMILY.render(cfg(bm=64, bn=80, schedule=Schedule.PINGPONG, cluster_n=1)))
+    flags = [f.replace("code=sm_90a", "code=compute_90a") for f in nvcc_flags(ARCH)
+             if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
+    subprocess.run(["nvcc", *flags, "-ptx", "-o", "k.ptx", "k.cu"], cwd=tmp_path, check=True, capture_output=True,
+                   timeout=600)
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)) == {"m64n80k16"}
 
 
 def test_configs_like_a_cublaslt_algorithm():
