@@ -723,7 +723,7 @@ def test_transfer_leave_one_out_on_the_committed_h200_store(tmp_path):
 
 def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_path):
     """A family change (e.g. a parameter added later, `ADDED_LATER`) must leave every stored config's source as it
-    was measured: otherwise resumption, transfer and fill lose the store's results. The one deliberate exception:
+    was measured: otherwise resumption, transfer and fill lose the store's results. The two deliberate exceptions:
     sm90 stream-K sources as measured before commit b946c64, which cleared their flags through CUTLASS's
     initialize() (a memset node), and sm90 tiles whose N needs CuTe's extended wgmma shapes, as measured before they
     had them (several narrower wgmmas per K step); `tune --strategy rerender` measures their new renders."""
