@@ -7,7 +7,7 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               TMA loads (multicast across a cluster of up to 4 x 2 or 2 x 4 CTAs) into 128B-swizzled shared memory,
               an mbarrier pipeline of `stages` K-blocks, wgmma (SS: both operands from shared memory) in fp32 or
               fp16 accumulators, one m64nBNk16 per warpgroup and K step (CuTe's extended wgmma shapes where BN is
-              48, 80, 160 or 176: its standard ones alone split such a tile into several narrow wgmmas)
+              48, 80, 112, 144, 160 or 176: its standard ones alone split such a tile into several narrow wgmmas)
     kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue
@@ -151,9 +151,11 @@ SPACE: dict[str, tuple[Any, ...]] = {
     # 32, 96 and 192 after the first stored configs: cuBLASLt's autotuned kernels on the grid's skinny long-K shapes
     # use N tiles of 32-96 with clusters of up to 4 CTAs along M or N (benchmarks/lt_algos.py, benchmarks/RESULTS.md);
     # 16, 48, 80, 160 and 176 later, as cuBLASLt's tiles on the grid's small and middle shapes (64x176, 128x80; 16-,
-    # 48- and 160-row ones, which are N tiles with the operands swapped). Multiples of 16 only: an N tile that is an
-    # odd multiple of 8 (its 24, 40, 56) fails CuTe's "Stride Divisibility Condition" (nvcc 13.0, CUTLASS 4.2).
-    "bn": (16, 32, 48, 64, 80, 96, 128, 160, 176, 192, 256),
+    # 48- and 160-row ones, which are N tiles with the operands swapped); 112 and 144 after the twelfth session, its
+    # 128x112 and 128x144 on 28 grid shapes where we had never run that tile. Multiples of 16 only: an N tile that
+    # is an odd multiple of 8 (its 24, 40, 56, 168) fails CuTe's "Stride Divisibility Condition" (nvcc 13.0, CUTLASS
+    # 4.2).
+    "bn": (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
     "bk": (64, 128),
     "cluster_m": (1, 2, 4),
     "cluster_n": (1, 2, 4),

@@ -305,7 +305,7 @@ def test_swapped_operands_compute_c_transposed_and_older_configs_render_unchange
     assert FAMILY.supports(swapped, Task(1001, 64, 512, Acc.FP32)) is None
 
 
-EXTENDED_N = (48, 80, 160, 176)  # the space's N tiles that CuTe's standard wgmma shapes (8-256) do not include
+EXTENDED_N = (48, 80, 112, 144, 160, 176)  # the space's N tiles that CuTe's standard wgmma shapes do not include
 
 
 def test_n_tiles_off_the_standard_wgmma_shapes_enable_cutes_extended_ones():
@@ -367,6 +367,11 @@ def test_configs_like_a_cublaslt_algorithm():
     assert (n80.bm, n80.bn, n80.splits, n80.cluster_m, n80.cluster_n, n80.swap_ab) == (128, 80, 5, 2, 1, False)
     (n176, *_) = FAMILY.like_cublaslt(LtAlgo(66, 64, 176, 1, "none", 2, 4))
     assert (n176.bm, n176.bn, n176.cluster_m, n176.cluster_n, n176.schedule) == (64, 176, 2, 4, Schedule.PINGPONG)
+    (n144, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 144, 1, "none", 2, 1))
+    assert (n144.bm, n144.bn, n144.cluster_m, n144.cluster_n, n144.swap_ab) == (128, 144, 2, 1, False)
+    # 168 (an odd multiple of 8, outside the space) rounds in log2 to 176, not 160.
+    (n168, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 168, 1, "none", 2, 1))
+    assert (n168.bm, n168.bn) == (128, 176)
     # Rounded to the space in log2: 7 ranges -> 8, an 88-wide tile -> 96; without a split: persistent.
     (odd, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 88, 7, "fp32 workspace", 2, 1))
     assert (odd.bm, odd.bn, odd.splits, odd.cluster_m, odd.cluster_n) == (128, 96, 8, 2, 1)
@@ -459,6 +464,8 @@ PROBE_SAMPLE = [
     cfg(bm=64, bn=176, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
     cfg(bm=128, bn=80, splits=4),
     cfg(bm=128, bn=48, cluster_m=2, cluster_n=4, swap_ab=True),
+    cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),
+    cfg(bm=64, bn=112, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4),
 ]
 
 
@@ -507,6 +514,7 @@ GPU_SAMPLE = [
     cfg(bm=64, bn=176, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
     cfg(bm=128, bn=80, cluster_n=1, splits=4),
     cfg(bm=64, bn=16, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
+    cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),  # cuBLASLt's 128x144
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only
