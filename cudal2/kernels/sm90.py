@@ -153,9 +153,8 @@ SPACE: dict[str, tuple[Any, ...]] = {
     # 16, 48, 80, 160 and 176 later, as cuBLASLt's tiles on the grid's small and middle shapes (64x176, 128x80; 16-,
     # 48- and 160-row ones, which are N tiles with the operands swapped); 112 and 144 in the twelfth session, its
     # 128x112 and 128x144 on 28 grid shapes where we had never run that tile (correct on the H200, but slower than
-    # cuBLAS there, like our 128x176: benchmarks/RESULTS.md). Multiples of 16 only: an N tile that
-    # is an odd multiple of 8 (its 24, 40, 56, 168) fails CuTe's "Stride Divisibility Condition" (nvcc 13.0, CUTLASS
-    # 4.2).
+    # cuBLAS there, like our 128x176: benchmarks/RESULTS.md). Multiples of 16 only: an N tile that is an odd
+    # multiple of 8 (its 24, 40, 56, 168) fails CuTe's "Stride Divisibility Condition" (nvcc 13.0, CUTLASS 4.2).
     "bn": (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
     "bk": (64, 128),
     "cluster_m": (1, 2, 4),
