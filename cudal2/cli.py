@@ -138,6 +138,8 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--plan-as", default=None, metavar="GPU", help="with --compile-only: plan as a run on this "
                     "stored GPU would (label or unique part, e.g. h200: --worst, warm start, cuBLASLt algorithms), to "
                     "fill a compile cache for it on a CPU machine")
+    tu.add_argument("--vary", action="append", default=[], metavar="PARAM", help="with --strategy neighbours: "
+                    "step only along this parameter (repeatable; default every parameter), e.g. --vary epi_n")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -155,7 +157,7 @@ def cmd_tune(args) -> int:
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
             target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms,
-            plan_as=args.plan_as)
+            plan_as=args.plan_as, vary=tuple(args.vary))
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

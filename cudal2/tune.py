@@ -86,6 +86,7 @@ class TuneOptions:
     # warm start and the cuBLASLt algorithms read its results, so the configs compiled are the ones that run would
     # propose first, and a compile cache built here serves it (precompiling on a CPU machine). Nothing is measured.
     plan_as: str | None = None
+    vary: tuple[str, ...] = ()  # --strategy neighbours: step only along these parameters (() = every parameter)
 
 
 @dataclass(frozen=True)
@@ -217,8 +218,9 @@ class Tuner:
             nvcc_flags(self.arch)
         except ValueError as e:
             raise TuneInputError(str(e)) from None
+        self._check_vary(options)
         self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks, self.arch,
-                                      options.sms or sm_count(self.gpu, self.arch))
+                                      options.sms or sm_count(self.gpu, self.arch), options.vary)
         if options.strategy.reads_cublaslt_algos:
             self._feed_cublaslt_algos()
         self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
@@ -227,6 +229,18 @@ class Tuner:
         self.seen: set[str] = set()
         self.best_us: dict[Task, float] = {}
         self.started = time.monotonic()
+
+    def _check_vary(self, options: TuneOptions) -> None:
+        """--vary names parameters of the families searched, and only neighbours steps along parameters."""
+        if not options.vary:
+            return
+        if options.strategy is not Strategy.NEIGHBOURS:
+            raise TuneInputError(f"--vary limits --strategy neighbours; --strategy {options.strategy.value} does "
+                                 "not step along parameters")
+        known = {name for family in self.families for name in family.space()}
+        if unknown := [name for name in options.vary if name not in known]:
+            raise TuneInputError(f"--vary {unknown[0]}: not a parameter of the families searched "
+                                 f"(known: {', '.join(sorted(known))})")
 
     def _plan_label(self, options: TuneOptions) -> str | None:
         """The stored GPU label --plan-as names, None without it."""

@@ -25,7 +25,8 @@
                   that survives prune() and supports the shape and is not yet measured on it; each config is
                   proposed once with all the shapes it neighbours, those it neighbours on the most shapes first.
                   It polishes shapes where random and evolutionary search left gaps (a new parameter such as sm90's
-                  `raster` has never been tried on any of them).
+                  `raster` has never been tried on any of them). `vary` (tune --vary) limits the step to the named
+                  parameters: a new one such as sm90's `epi_n` tried on each winner, without the whole neighbourhood.
     cublaslt      no search: each target shape gets the configs nearest to the cuBLASLt algorithm the harness
                   autotuned there (stored with the baselines; decoded by cudal2.sandbox.lt_algo): the same tile,
                   cluster and split-K where the family can express them (`like_cublaslt`), not yet measured there.
@@ -388,9 +389,11 @@ class _FreshPlan(PlannedSearch):
 class NeighboursSearch(_FreshPlan):
     """Every valid one-parameter change of each target's fastest stored config (see the module docstring)."""
 
-    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str):
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str,
+                 vary: tuple[str, ...] = ()):
         super().__init__(families, rng, targets)
         self.arch = arch
+        self.vary = vary  # the parameters a step may change; () = all of the family's
 
     def _pick(self, picks: _Picks) -> None:
         neighbours: dict[str, list[Candidate]] = {}  # per incumbent: shapes often share one
@@ -410,6 +413,8 @@ class NeighboursSearch(_FreshPlan):
         params = config_params(parent.cfg)
         out = []
         for name, values in space.items():
+            if self.vary and name not in self.vary:
+                continue
             for value in values:
                 if value == params[name]:
                     continue
@@ -494,9 +499,10 @@ def _log_distance(a: Task, b: Task) -> float:
 
 
 def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int, targets: tuple[Task, ...] = (),
-                  arch: str = "sm_90a", sms: int = 132) -> RandomSearch:
+                  arch: str = "sm_90a", sms: int = 132, vary: tuple[str, ...] = ()) -> RandomSearch:
     """`targets`: the shapes of the run (the planned strategies plan over them; the others ignore them); `arch`:
-    the compile target fill and neighbours prune for; `sms`: the SM count fill's wave model fills."""
+    the compile target fill and neighbours prune for; `sms`: the SM count fill's wave model fills; `vary`: the
+    parameters neighbours steps along (() = all)."""
     rng = random.Random(seed)
     if kind is Strategy.TRANSFER:
         return TransferSearch(families, rng, targets)
@@ -505,7 +511,7 @@ def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
     if kind is Strategy.RERENDER:
         return RerenderSearch(families, rng, targets)
     if kind is Strategy.NEIGHBOURS:
-        return NeighboursSearch(families, rng, targets, arch)
+        return NeighboursSearch(families, rng, targets, arch, vary)
     if kind is Strategy.CUBLASLT:
         return CublasLtSearch(families, rng, targets)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)

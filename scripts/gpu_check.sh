@@ -9,7 +9,8 @@
 #           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
-#           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64),
+#           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64), stepping
+#           only along the parameters NEIGHBOURS_VARY names (space-separated, e.g. "epi_n"; default: all),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
@@ -141,8 +142,10 @@ if [[ $what == grid ]]; then
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
     mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/neighbours.csv
+    vary=()
+    for param in ${NEIGHBOURS_VARY:-}; do vary+=(--vary "$param"); done
     grid_tune --shapes /tmp/grid-out/neighbours.csv --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
-      --budget-minutes "$NEIGHBOURS_MINUTES"
+      --budget-minutes "$NEIGHBOURS_MINUTES" "${vary[@]}"
   fi
   if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most
     mnk_subset "${CUBLASLT_SHAPES:-data/grid.csv}" "${CUBLASLT_MIN_LOG2_MNK:-0}" "${CUBLASLT_MAX_LOG2_MNK:-64}" \

@@ -331,6 +331,17 @@ def test_neighbours_step_one_parameter_from_each_shapes_fastest_config():
     assert all(tiny_n not in p.shapes for p in plan)  # K % 8 != 0: no sm90 config supports it (TMA)
 
 
+def test_neighbours_vary_steps_only_along_the_named_parameters():
+    big = Task(8192, 8192, 4096)
+    search = NeighboursSearch((SM90,), random.Random(0), (big,), "sm_90a", vary=("epi_n",))
+    best = _sm90(bm=128, bn=128, cluster_n=1)
+    search.observe_stored(best, big, 500.0, current=True)
+    plan = [p.candidate.cfg for p in iter(search.propose, None)]
+    # 128 columns: subtiles of 16, 64 or all 128 (32 is CUTLASS's own choice, epi_n = 0)
+    assert sorted(c.epi_n for c in plan) == [16, 64, 128]
+    assert all(replace(c, epi_n=0) == best.cfg for c in plan)
+
+
 def test_cublaslt_plans_the_configs_like_each_shapes_algorithm():
     a, b, without = Task(256, 512, 12288), Task(512, 256, 12288), Task(64, 64, 64)
     search = CublasLtSearch((SM80, SM90, SMALL), random.Random(0), (a, b, without))
@@ -463,6 +474,10 @@ def test_time_budget_stops_the_run(tmp_path):
     ({"arch": "sm_xx"}, "bad target"),
     ({"compile_only": False}, "no CUDA GPU"),
     ({"families": ("nope",)}, "unknown family"),
+    ({"vary": ("epi_n",)}, "--vary limits --strategy neighbours"),
+    ({"strategy": Strategy.NEIGHBOURS, "families": ("sm90_wgmma",), "vary": ("epi_n", "bogus")},
+     "--vary bogus: not a parameter"),
+    ({"strategy": Strategy.NEIGHBOURS, "vary": ("epi_n",)}, "--vary epi_n: not a parameter"),  # not of `small`
 ])
 def test_bad_options_are_input_errors(tmp_path, kw, message):
     with pytest.raises(tune.TuneInputError, match=message):
@@ -519,6 +534,7 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     ["--mnk", "64_64_64"],  # no GPU here and not --compile-only
     ["--mnk", "64_64_64", "--worst", "1", "--compile-only"],  # --worst ranks GPU results
     ["--mnk", "64_64_64", "--worst", "-1", "--compile-only"],
+    ["--mnk", "64_64_64", "--vary", "epi_n", "--compile-only"],  # --vary needs --strategy neighbours
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv):
     code, out, err = run_cli(capsys, "tune", *argv, "--db", str(tmp_path / "r.sqlite"))

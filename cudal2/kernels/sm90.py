@@ -25,7 +25,10 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               partial goes to slice l of the workspace, and a second kernel of the source sums the slices in order
               into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
-              epilogue (predicated element stores from registers, any N)
+              epilogue (predicated element stores from registers, any N). The TMA epilogue stores the tile in
+              subtiles of 128 (cooperative) or 64 (pingpong) rows by `epi_n` columns, one shared-memory round trip
+              and barrier each: CUTLASS's EpilogueTileAuto (epi_n = 0) takes gcd(32, BN) columns, so 16 for the
+              N tiles 48-176 that are odd multiples of 16 (eleven rounds for BN = 176, against four for 128)
     operands  `swap_ab` computes C^T[N,M] = B[N,K] * A[M,K]^T instead: both operands stay K-major, and C^T column-major
               is C row-major, so only the layouts, D's strides and the argument order change. wgmma's M is 64 per
               warpgroup, so C's rows get tiles of 64-256 unswapped, and of 16-256 (the N tiles) swapped.
@@ -144,6 +147,9 @@ class Sm90Config:
     # Output tiles of 16 to 256 rows (wgmma's M is 64 per warpgroup), as cuBLASLt runs on skinny-M shapes (its 32x64
     # and 96x128 tiles). Added after stored configs.
     swap_ab: bool = field(default=False, metadata=ADDED_LATER)
+    # Columns of the TMA epilogue's subtile (rows: 128 cooperative, 64 pingpong); 0: CUTLASS's EpilogueTileAuto,
+    # gcd(32, BN). Wider subtiles mean fewer store rounds per tile but more shared memory. Added after stored configs.
+    epi_n: int = field(default=0, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -169,6 +175,8 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "reduction": tuple(Reduction),
     "raster": tuple(Raster),
     "swap_ab": (False, True),
+    # 0 (CUTLASS's choice) or a multiple of 16 (CUTLASS's static_assert) that divides BN: prune() says which.
+    "epi_n": (0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
 }
 
 
@@ -220,17 +228,26 @@ def d_bytes(cfg: Sm90Config) -> int:
     return 4 if batched_split_k(cfg) else 2
 
 
-def epilogue_smem_bytes(cfg: Sm90Config) -> int:
-    """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (EpilogueTileAuto, D's type)
-    plus their alignment pad; 0 for the no-smem epilogue.
+def epilogue_rows(cfg: Sm90Config) -> int:
+    """Rows of the TMA epilogue's subtile: cooperative min(BM, 128), pingpong min(BM, 64) (CUTLASS's choice, and
+    the only row count it takes for an explicit epilogue tile)."""
+    return min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
 
-    Epilogue tile (CUTLASS's EpilogueTileAuto): cooperative min(BM, 128), pingpong min(BM, 64) rows, by
-    gcd(min(32, BN), BN) columns; min(2, tiles per CTA tile) buffers.
+
+def auto_epilogue_columns(cfg: Sm90Config) -> int:
+    """Columns of CUTLASS's EpilogueTileAuto subtile: gcd(min(32, BN), BN)."""
+    return math.gcd(min(32, cfg.bn), cfg.bn)
+
+
+def epilogue_smem_bytes(cfg: Sm90Config) -> int:
+    """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (epilogue_rows x epi_n or
+    CUTLASS's auto columns, D's type) plus their alignment pad; 0 for the no-smem epilogue. min(2, subtiles per CTA
+    tile) buffers.
     """
     if cfg.epilogue is Epilogue.NOSMEM:
         return 0
-    epi_m = min(cfg.bm, 128 if cfg.schedule is Schedule.COOPERATIVE else 64)
-    epi_n = math.gcd(min(32, cfg.bn), cfg.bn)
+    epi_m = epilogue_rows(cfg)
+    epi_n = cfg.epi_n or auto_epilogue_columns(cfg)
     stages_d = min(2, (cfg.bm // epi_m) * (cfg.bn // epi_n))
     # D is stored along C's N: the epilogue tile's columns, or with the operands swapped (D column-major) its rows
     contiguous = (epi_m if cfg.swap_ab else epi_n) * d_bytes(cfg)
@@ -261,6 +278,19 @@ def acc_regs(cfg: Sm90Config) -> int:
 def _nearest(values: tuple[int, ...], x: float) -> int:
     """The value of `values` closest to x in log2 (ties: the smaller)."""
     return min(values, key=lambda v: (abs(math.log2(v / x)), v))
+
+
+def _epilogue_tile_problem(cfg: Sm90Config) -> str | None:
+    """Why `epi_n` cannot be this config's epilogue subtile width, or None."""
+    if not cfg.epi_n:
+        return None
+    if cfg.epilogue is not Epilogue.TMA:
+        return "epi_n is the TMA epilogue's subtile width: the no-smem epilogue stores from registers (use 0)"
+    if cfg.bn % cfg.epi_n:
+        return f"epi_n={cfg.epi_n} does not divide BN={cfg.bn}: the epilogue subtiles must tile the CTA tile"
+    if cfg.epi_n == auto_epilogue_columns(cfg):
+        return f"epi_n={cfg.epi_n} is what CUTLASS picks for BN={cfg.bn} anyway (use 0: same kernel)"
+    return None
 
 
 # -------------------------------------------------------------------------------------------------- family
@@ -301,6 +331,8 @@ class Sm90Family:
                     f"portable {MAX_CLUSTER_CTAS}")
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
             return "reduction=atomic sums K-range partials: only the stream-K scheduler has any (use ordered)"
+        if (why := _epilogue_tile_problem(cfg)) is not None:
+            return why
         if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
             return (f"{regs} accumulator registers per consumer thread (> {MAX_ACC_REGS}) for a {cfg.bm}x{cfg.bn} "
                     f"{cfg.acc.value} tile under {cfg.schedule.value}: it would spill")
@@ -476,12 +508,19 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
-        "epilogue_design": design[cfg.epilogue], "align_d": align_d, "element_d": d_type,
+        "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg), "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
                           " as a batch, summed by splitk_reduce" if batched else "",
         "raster_note": {Raster.HEURISTIC: "", Raster.ALONG_M: " along M", Raster.ALONG_N: " along N"}[cfg.raster],
     }
+
+
+def _epilogue_tile(cfg: Sm90Config) -> str:
+    """The epilogue tile type: CUTLASS's auto choice (as every config stored before epi_n rendered) or rows x epi_n."""
+    if not cfg.epi_n:
+        return "cutlass::epilogue::collective::EpilogueTileAuto"
+    return f"Shape<_{epilogue_rows(cfg)}, Int<{cfg.epi_n}>>  /* epilogue subtile: rows x epi_n columns */"
 
 
 # How the call starts the kernel. Persistent: CUTLASS's initialize() and run(), as first measured (these sources must
@@ -702,7 +741,7 @@ using ClusterShape = Shape<Int<$cm>, Int<$cn>, _1>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+    $epilogue_tile, ElementAccumulator, ElementCompute,
     void, LayoutD, kAlignD,  // no C source
     ElementD, LayoutD, kAlignD,
     cutlass::epilogue::$epilogue>::CollectiveOp;

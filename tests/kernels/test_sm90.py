@@ -130,6 +130,10 @@ def test_config_names_are_distinct_and_stable():
         (cfg(bm=256, bn=256, bk=128, acc=Acc.FP16), "only 1 stage(s)"),
         (cfg(bn=128, stages=8), "bytes of shared memory"),
         (cfg(reduction=Reduction.ATOMIC), "only the stream-K scheduler"),
+        (cfg(epi_n=48), "does not divide BN=256"),
+        (cfg(epi_n=32), "what CUTLASS picks for BN=256 anyway"),
+        (cfg(bn=176, epi_n=16), "what CUTLASS picks for BN=176 anyway"),
+        (cfg(epilogue=Epilogue.NOSMEM, epi_n=128), "the no-smem epilogue stores from registers"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -143,10 +147,10 @@ def test_prune_refuses_other_archs():
 
 
 def test_prune_is_consistent_with_the_models_over_the_space():
-    # Every 53rd config (53 is prime to every dimension's size, so the walk visits every value of each): the whole
-    # product is ~33M configs since raster, cluster 4, more tile and split sizes and swap_ab came.
+    # Every 743rd config (743 is prime to every dimension's size, so the walk visits every value of each): the whole
+    # product is ~540M configs since raster, cluster 4, more tile and split sizes, swap_ab and epi_n came.
     kept, total = 0, 0
-    for c in every_config(step=53):
+    for c in every_config(step=743):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
@@ -157,8 +161,9 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
-    assert total > space_size() // 53 - 1
-    assert 0.03 * total < kept < 0.5 * total  # ~6%: split-K, stream-K and the atomic reduction need each other
+    assert total > space_size() // 743 - 1
+    # ~2%: split-K, stream-K and the atomic reduction need each other, and an epi_n must divide BN
+    assert 0.01 * total < kept < 0.5 * total
 
 
 def test_fp16_accumulators_take_half_the_registers():
@@ -334,6 +339,36 @@ def test_an_extended_n_tile_issues_one_wgmma_as_wide_as_the_tile(tmp_path):
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)) == {"m64n80k16"}
 
 
+def test_epi_n_sets_the_epilogue_subtile_and_leaves_older_configs_as_rendered():
+    wide = cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176)
+    assert "Shape<_128, Int<176>>" in FAMILY.render(wide) and "EpilogueTileAuto" not in FAMILY.render(wide)
+    assert config_name(FAMILY, wide).endswith("-epi_n176")
+    # epi_n = 0 is CUTLASS's choice: the text every config stored before epi_n rendered, and the same name.
+    auto = replace(wide, epi_n=0)
+    assert "cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator" in FAMILY.render(auto)
+    assert "epi_n" not in config_name(FAMILY, auto)
+    assert "Shape<_64, Int<128>>" in FAMILY.render(cfg(bm=128, bn=128, schedule=Schedule.PINGPONG, epi_n=128))
+
+
+@pytest.mark.nvcc
+def test_a_whole_tile_epilogue_stores_each_tile_in_one_round(tmp_path):
+    """CUTLASS's auto epilogue cuts a 128x176 tile into eleven 128x16 subtiles, each its own shared-memory round
+    trip: barriers, a TMA store and its commit (PTX: eleven unrolled rounds). With epi_n = 176 the tile goes through
+    shared memory once: one commit of its eleven 16-column TMA boxes (32-byte swizzle: a box spans 16 columns)."""
+    flags = [f.replace("code=sm_90a", "code=compute_90a") for f in nvcc_flags(ARCH)
+             if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
+    rounds, barriers = {}, {}
+    for epi_n in (0, 176):
+        (tmp_path / "k.cu").write_text(FAMILY.render(cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=epi_n)))
+        subprocess.run(["nvcc", *flags, "-ptx", "-o", "k.ptx", "k.cu"], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=600)
+        ptx = (tmp_path / "k.ptx").read_text()
+        rounds[epi_n] = ptx.count("cp.async.bulk.commit_group")
+        barriers[epi_n] = len(re.findall(r"\bbar(?:rier)?\.sync", ptx))
+    assert rounds == {0: 11, 176: 1}
+    assert barriers[176] < barriers[0]
+
+
 def test_configs_like_a_cublaslt_algorithm():
     # cuBLASLt on 256x512x12288 (H200): a 64x96 tile, split-K 5, a 4x2 cluster (tests/sandbox/test_lt_algo.py).
     likes = FAMILY.like_cublaslt(LtAlgo(66, 64, 96, 5, "fp32 workspace", 4, 2))
@@ -466,6 +501,12 @@ PROBE_SAMPLE = [
     cfg(bm=128, bn=48, cluster_m=2, cluster_n=4, swap_ab=True),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),
     cfg(bm=64, bn=112, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4),
+    # Explicit epilogue subtiles (epi_n): one buffer when a single subtile covers the tile, two otherwise.
+    cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
+    cfg(bm=128, bn=128, cluster_n=1, epi_n=64),
+    cfg(bm=64, bn=128, schedule=Schedule.PINGPONG, cluster_n=1, epi_n=128),
+    cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
+    cfg(bm=128, bn=256, epi_n=256),  # one 64 KiB subtile: 3 stages fit beside it instead of 4
 ]
 
 
