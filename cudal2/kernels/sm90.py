@@ -53,7 +53,7 @@ from typing import Any
 from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
-from cudal2.sandbox.types import Acc, Task
+from cudal2.sandbox.types import MAX_WORKSPACE_BYTES, Acc, Task
 
 ARCH = "sm_90a"
 
@@ -397,6 +397,9 @@ class Sm90Family:
         if batched_split_k(cfg) and task.k % (8 * cfg.splits):
             return (f"split-K as a batch needs {cfg.splits} equal K ranges of whole 16-byte rows: "
                     f"K % {8 * cfg.splits} == 0, got K={task.k}")
+        if batched_split_k(cfg) and (partials := cfg.splits * task.m * task.n * 4) > MAX_WORKSPACE_BYTES:
+            return (f"split-K as a batch keeps {cfg.splits} fp32 partials of C: {partials / 2**30:.1f} GiB of "
+                    f"workspace, over the harness's {MAX_WORKSPACE_BYTES >> 30} GiB")
         return None
 
     def tiling(self, cfg: Sm90Config) -> Tiling:

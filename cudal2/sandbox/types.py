@@ -84,6 +84,9 @@ _MNK_RE = re.compile(r"^\s*(\d+)\s*[_x,]\s*(\d+)\s*[_x,]\s*(\d+)\s*$")
 # Largest dimension the evaluator accepts: 2^17 keeps every M*K, N*K and M*N element count below 2^34 and the
 # biggest buffer (16 GiB) inside one H200; the CUDA-L2 grid stops at 16384.
 MAX_DIM = 1 << 17
+# The most workspace the harness gives a candidate (cudal2_workspace_bytes; harness.cu's MAX_WORKSPACE, which a test
+# keeps equal): a larger ask is a runtime_error, so generators refuse such shapes up front.
+MAX_WORKSPACE_BYTES = 8 << 30
 
 
 class BadTask(ValueError):

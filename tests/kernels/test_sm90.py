@@ -189,6 +189,10 @@ def test_supports_alignment_and_accumulation():
     batched = cfg(splits=6)  # split-K as a batch: equal K ranges of whole 16-byte rows
     assert FAMILY.supports(batched, Task(64, 64, 12288)) is None
     assert "K % 48 == 0, got K=4096" in FAMILY.supports(batched, Task(64, 64, 4096))
+    # 16 fp32 partials of a 12288x16384 C are 12 GiB: the harness would refuse the workspace (a runtime error).
+    assert "12.0 GiB of workspace, over the harness's 8 GiB" in FAMILY.supports(cfg(splits=16), Task(12288, 16384, 128))
+    assert FAMILY.supports(cfg(splits=8), Task(12288, 16384, 128)) is None  # 6 GiB
+    assert FAMILY.supports(cfg(splits=16, scheduler=Scheduler.STREAMK), Task(12288, 16384, 128)) is None  # no batch
     assert FAMILY.supports(cfg(scheduler=Scheduler.STREAMK, splits=6), Task(64, 64, 4096)) is None  # uneven: fine
 
 
@@ -556,6 +560,9 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=80, cluster_n=1, splits=4),
     cfg(bm=64, bn=16, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),  # cuBLASLt's 128x144
+    # Explicit epilogue subtiles: a whole 128x176 tile at once, and 96 columns of fp32 partials, operands swapped.
+    cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
+    cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only

@@ -8,10 +8,13 @@ run builds the harness on first use anyway.
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 
 from cudal2.sandbox.harness_build import find_cublas, harness_path
+from cudal2.sandbox.types import MAX_WORKSPACE_BYTES
 
 
 @pytest.mark.nvcc
@@ -21,3 +24,11 @@ def test_harness_builds_for_sm90(tmp_path):
     exe = harness_path("9.0", cache_root=tmp_path)
     assert exe.is_file() and os.access(exe, os.X_OK)
     assert harness_path("9.0", cache_root=tmp_path) == exe  # cached: the same sources build once
+
+
+def test_the_workspace_limit_generators_refuse_by_is_the_harness_own():
+    """MAX_WORKSPACE_BYTES mirrors harness.cu's MAX_WORKSPACE (the families refuse shapes by it): the two stay equal."""
+    source = (Path(__file__).parents[2] / "cudal2/sandbox/harness/harness.cu").read_text()
+    match = re.search(r"static const size_t MAX_WORKSPACE = (\d+)ull << (\d+);", source)
+    assert match, "harness.cu no longer declares MAX_WORKSPACE as N << S"
+    assert int(match[1]) << int(match[2]) == MAX_WORKSPACE_BYTES
