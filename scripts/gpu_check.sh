@@ -9,7 +9,8 @@
 #           TUNE_MINUTES (default 0) of sample tuning, RERENDER_MINUTES (default 0) of `--strategy rerender` on the
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
-#           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64), stepping
+#           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64) and
+#           K <= NEIGHBOURS_MAX_K (no limit), stepping
 #           only along the parameters NEIGHBOURS_VARY names (space-separated, e.g. "epi_n"; default: all),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64),
@@ -136,12 +137,13 @@ if [[ $what == grid ]]; then
       grid_tune --shapes "$set" --strategy rerender --budget-minutes "$RERENDER_MINUTES"
     done
   fi
-  mnk_subset() {  # shapes CSV, min log2 MNK, max log2 MNK (exclusive), output CSV: the header and rows in range
-    awk -F, -v lo="$2" -v hi="$3" 'NR == 1 || ($1 * $2 * $3 >= 2 ^ lo && $1 * $2 * $3 < 2 ^ hi)' "$1" > "$4"
+  mnk_subset() {  # shapes CSV, min log2 MNK, max log2 MNK (exclusive), output CSV[, max K]: the header, rows in range
+    awk -F, -v lo="$2" -v hi="$3" -v kmax="${5:-0}" \
+      'NR == 1 || ($1 * $2 * $3 >= 2 ^ lo && $1 * $2 * $3 < 2 ^ hi && (kmax == 0 || $3 <= kmax))' "$1" > "$4"
   }
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
     mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
-      /tmp/grid-out/neighbours.csv
+      /tmp/grid-out/neighbours.csv "${NEIGHBOURS_MAX_K:-0}"
     vary=()
     for param in ${NEIGHBOURS_VARY:-}; do vary+=(--vary "$param"); done
     grid_tune --shapes /tmp/grid-out/neighbours.csv --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
