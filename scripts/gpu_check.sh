@@ -10,8 +10,8 @@
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
 #           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64) and
-#           K <= NEIGHBOURS_MAX_K (no limit), stepping
-#           only along the parameters NEIGHBOURS_VARY names (space-separated, e.g. "epi_n"; default: all),
+#           K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
+#           (space-separated, e.g. "epi_n"; default: every parameter),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`

@@ -511,7 +511,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
-        "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg), "align_d": align_d, "element_d": d_type,
+        "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg),
+        "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
                           " as a batch, summed by splitk_reduce" if batched else "",
