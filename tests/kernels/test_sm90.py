@@ -331,15 +331,20 @@ def test_n_tiles_off_the_standard_wgmma_shapes_enable_cutes_extended_ones():
     assert EXTENDED_GMMA_DEFINE not in probe_source(FAMILY, [DEFAULT, cfg(bn=96)])
 
 
-@pytest.mark.nvcc
-def test_an_extended_n_tile_issues_one_wgmma_as_wide_as_the_tile(tmp_path):
-    """The PTX of a 64x80 tile: m64n80k16 wgmmas only (CuTe's standard shapes alone gave m64n16k16)."""
-    (tmp_path / "k.cu").write_text(FAMILY.render(cfg(bm=64, bn=80, schedule=Schedule.PINGPONG, cluster_n=1)))
+def ptx_of(c: Sm90Config, tmp_path) -> str:
+    """The PTX nvcc makes of the config's source (compute_90a: no SASS, no library)."""
+    (tmp_path / "k.cu").write_text(FAMILY.render(c))
     flags = [f.replace("code=sm_90a", "code=compute_90a") for f in nvcc_flags(ARCH)
              if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
     subprocess.run(["nvcc", *flags, "-ptx", "-o", "k.ptx", "k.cu"], cwd=tmp_path, check=True, capture_output=True,
                    timeout=600)
-    ptx = (tmp_path / "k.ptx").read_text()
+    return (tmp_path / "k.ptx").read_text()
+
+
+@pytest.mark.nvcc
+def test_an_extended_n_tile_issues_one_wgmma_as_wide_as_the_tile(tmp_path):
+    """The PTX of a 64x80 tile: m64n80k16 wgmmas only (CuTe's standard shapes alone gave m64n16k16)."""
+    ptx = ptx_of(cfg(bm=64, bn=80, schedule=Schedule.PINGPONG, cluster_n=1), tmp_path)
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)) == {"m64n80k16"}
 
 
@@ -359,14 +364,9 @@ def test_a_whole_tile_epilogue_stores_each_tile_in_one_round(tmp_path):
     """CUTLASS's auto epilogue cuts a 128x176 tile into eleven 128x16 subtiles, each its own shared-memory round
     trip: barriers, a TMA store and its commit (PTX: eleven unrolled rounds). With epi_n = 176 the tile goes through
     shared memory once: one commit of its eleven 16-column TMA boxes (32-byte swizzle: a box spans 16 columns)."""
-    flags = [f.replace("code=sm_90a", "code=compute_90a") for f in nvcc_flags(ARCH)
-             if f not in ("-shared", "-Xcompiler", "-fPIC", "-Xptxas", "-v")]
     rounds, barriers = {}, {}
     for epi_n in (0, 176):
-        (tmp_path / "k.cu").write_text(FAMILY.render(cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=epi_n)))
-        subprocess.run(["nvcc", *flags, "-ptx", "-o", "k.ptx", "k.cu"], cwd=tmp_path, check=True,
-                       capture_output=True, timeout=600)
-        ptx = (tmp_path / "k.ptx").read_text()
+        ptx = ptx_of(cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=epi_n), tmp_path)
         rounds[epi_n] = ptx.count("cp.async.bulk.commit_group")
         barriers[epi_n] = len(re.findall(r"\bbar(?:rier)?\.sync", ptx))
     assert rounds == {0: 11, 176: 1}

@@ -26,7 +26,7 @@ def test_harness_builds_for_sm90(tmp_path):
     assert harness_path("9.0", cache_root=tmp_path) == exe  # cached: the same sources build once
 
 
-def test_the_workspace_limit_generators_refuse_by_is_the_harness_own():
+def test_the_generators_workspace_limit_is_the_harness_own():
     """MAX_WORKSPACE_BYTES mirrors harness.cu's MAX_WORKSPACE (the families refuse shapes by it): the two stay equal."""
     source = (Path(__file__).parents[2] / "cudal2/sandbox/harness/harness.cu").read_text()
     match = re.search(r"static const size_t MAX_WORKSPACE = (\d+)ull << (\d+);", source)
