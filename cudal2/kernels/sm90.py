@@ -352,8 +352,9 @@ class Sm90Family:
         instead of overhanging the shape (over the store, an overhanging cluster ran a median 1.36x slower than the
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
         split), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
-        then the no-smem epilogue (shapes with N % 8 != 0 take only the latter). [] when cuBLASLt left the tile
-        open. Tiles in C's terms: a swapped config's BN x BM counts as rows x columns (the unswapped one first on a
+        then the no-smem epilogue (shapes with N % 8 != 0 take only the latter); for an N tile that is an odd
+        multiple of 16, last the TMA ones with a whole-tile epilogue subtile (epi_n = BN). [] when cuBLASLt left the
+        tile open. Tiles in C's terms: a swapped config's BN x BM counts as rows x columns (the unswapped one first on a
         tie), so cuBLASLt's 32- and 96-row tiles are followed with the operands swapped."""
         if not (lt.tile_m and lt.tile_n):
             return []
@@ -383,6 +384,12 @@ class Sm90Family:
                 replace(base, scheduler=Scheduler.STREAMK, splits=splits, reduction=r)
                 for r in (Reduction.ATOMIC, Reduction.ORDERED)] if splits > 1 else [base]
             out = [replace(c, epilogue=e) for c in decompositions for e in Epilogue]
+            # An odd multiple of 16 columns (48-176) is stored in CUTLASS's 16-column subtiles: eleven rounds for
+            # 176, each a trip through shared memory, a barrier and a TMA commit, in boxes of 32-byte rows.
+            # cuBLASLt's own tiles of those widths need not store that way, so last the TMA configs again with the
+            # whole tile width as one subtile (epi_n = BN).
+            out += [replace(c, epi_n=c.bn) for c in out
+                    if c.epilogue is Epilogue.TMA and c.bn > 16 and auto_epilogue_columns(c) == 16]
             if valid := [c for c in out if self.prune(c, ARCH) is None]:
                 return valid
         return []
