@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
 #   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|gap|tune|grid|all]   (default all = smoke, tests, bench)
-#     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay
+#     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
+#          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -98,6 +99,10 @@ fi
 if [[ $what == gap ]]; then  # what a graph node costs in offline timing (benchmarks/graph_gap.cu)
   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap | tee "$OUT/graph_gap.txt" \
     || rc=1
+  # what the cuBLAS baseline puts in the offline graph (benchmarks/cublas_graph.cu): kernels, PDL, on CUBLAS_GRAPH_SHAPES
+  nvcc -O2 -std=c++17 -arch=sm_90a -o /tmp/cublas_graph benchmarks/cublas_graph.cu -lcublas -lcuda \
+    && /tmp/cublas_graph ${CUBLAS_GRAPH_SHAPES:-64x64x64 1024x512x256 1024x1024x128 256x2048x1024 128x128x16384 \
+       256x64x16384 256x12288x2048 4096x4096x4096 16384x2048x12288} | tee "$OUT/cublas_graph.txt" || rc=1
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
