@@ -112,9 +112,14 @@ static void report(cublasHandle_t blas, cudaStream_t s, Shape sh) {
     return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, sh.n, sh.m, sh.k, &one, B, CUDA_R_16F, sh.k, A, CUDA_R_16F,
                         sh.k, &zero, C, CUDA_R_16F, sh.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
+  auto release = [&] {
+    CK(cudaFree(A));
+    CK(cudaFree(B));
+    CK(cudaFree(C));
+  };
   if (call() != CUBLAS_STATUS_SUCCESS) {  // warm-up outside the capture, as the harness's first calls are
     std::printf("%dx%dx%d cublasGemmEx failed\n", sh.m, sh.n, sh.k);
-    return;
+    return release();
   }
   CK(cudaStreamSynchronize(s));
   cudaGraph_t g = nullptr;
@@ -134,9 +139,7 @@ static void report(cublasHandle_t blas, cudaStream_t s, Shape sh) {
     std::printf("  %s\n", t == cudaGraphNodeTypeKernel ? describe_kernel(nodes[i]).c_str() : node_kind(t));
   }
   CK(cudaGraphDestroy(g));
-  CK(cudaFree(A));
-  CK(cudaFree(B));
-  CK(cudaFree(C));
+  release();
 }
 
 int main(int argc, char** argv) {
