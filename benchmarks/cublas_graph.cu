@@ -26,14 +26,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "cuda_check.h"
 
 constexpr int R = 64;                     // calls per graph, as in the harness's offline mode
 constexpr size_t WORKSPACE = 32u << 20;   // cuBLAS workspace: 32 MiB, what torch (and the harness) gives it on Hopper
