@@ -387,9 +387,8 @@ class Sm90Family:
             # An odd multiple of 16 columns (48-176) is stored in CUTLASS's 16-column subtiles: eleven rounds for
             # 176, each a trip through shared memory, a barrier and a TMA commit, in boxes of 32-byte rows.
             # cuBLASLt's own tiles of those widths need not store that way, so last the TMA configs again with the
-            # whole tile width as one subtile (epi_n = BN).
-            out += [replace(c, epi_n=c.bn) for c in out
-                    if c.epilogue is Epilogue.TMA and c.bn > 16 and auto_epilogue_columns(c) == 16]
+            # whole tile width as one subtile (epi_n = BN; prune() refuses it for BN = 16, CUTLASS's own subtile).
+            out += [replace(c, epi_n=c.bn) for c in out if c.epilogue is Epilogue.TMA and auto_epilogue_columns(c) == 16]
             if valid := [c for c in out if self.prune(c, ARCH) is None]:
                 return valid
         return []
