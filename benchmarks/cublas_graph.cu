@@ -15,7 +15,8 @@
 //     nvcc -O2 -std=c++17 -arch=sm_90a -o /tmp/cublas_graph benchmarks/cublas_graph.cu -lcublas -lcuda
 //     /tmp/cublas_graph 1024x512x256 128x128x16384 ...     (M x N x K, row-major C[M,N] = A[M,K] B[N,K]^T)
 //
-// One line per shape: `MxNxK nodes/call=N programmatic_edges=E`, then one indented line per node of the first call.
+// One line per shape: `MxNxK nodes/call=N programmatic_edges=E`, then one indented line per distinct node (a kernel with
+// its launch) and how many of it each call adds.
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_fp16.h>
@@ -23,6 +24,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -126,11 +128,14 @@ static void report(cublasHandle_t blas, cudaStream_t s, Shape sh) {
   CK(cudaGraphGetNodes(g, nodes.data(), &n));
   std::printf("%dx%dx%d nodes/call=%.2f programmatic_edges=%ld%s\n", sh.m, sh.n, sh.k, (double)n / R,
               programmatic_edges(g), ok ? "" : " (a captured call failed)");
-  for (size_t i = 0; i < n / R; ++i) {  // the first call's nodes: capture adds them in issue order
+  // Each distinct node with its count per call. cudaGraphGetNodes promises no order, so not "the first call's nodes".
+  std::map<std::string, int> kinds;
+  for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType t;
-    CK(cudaGraphNodeGetType(nodes[i], &t));
-    std::printf("  %s\n", t == cudaGraphNodeTypeKernel ? describe_kernel(nodes[i]).c_str() : node_kind(t));
+    CK(cudaGraphNodeGetType(node, &t));
+    ++kinds[t == cudaGraphNodeTypeKernel ? describe_kernel(node) : node_kind(t)];
   }
+  for (const auto& [what, count] : kinds) std::printf("  %.2f/call  %s\n", (double)count / R, what.c_str());
   CK(cudaGraphDestroy(g));
   release();
 }
