@@ -15,8 +15,8 @@
 //     nvcc -O2 -std=c++17 -arch=sm_90a -o /tmp/cublas_graph benchmarks/cublas_graph.cu -lcublas -lcuda
 //     /tmp/cublas_graph 1024x512x256 128x128x16384 ...     (M x N x K, row-major C[M,N] = A[M,K] B[N,K]^T)
 //
-// One line per shape: `MxNxK nodes/call=N programmatic_edges=E`, then one indented line per distinct node (a kernel with
-// its launch) and how many of it each call adds.
+// One line per shape: `MxNxK nodes/call=N programmatic_edges=E`, then one indented line per distinct node (a kernel
+// with its launch) and how many of it each call adds.
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_fp16.h>
