@@ -1,7 +1,7 @@
 """`cudal2 carry`: keep a store's measurements of kernel-family sources across an evaluator version that cannot
 change them.
 
-    cudal2 carry --db STORE [--from VERSION]
+    cudal2 carry --db STORE [--from VERSION]     (default: the newest version listed)
 
 A new evaluator version hides every older result (the store keys results by version), so a store of tuned family
 kernels would otherwise be measured again on the GPU. `types.FAMILY_RESULTS_CARRY` lists the older versions whose
@@ -68,10 +68,8 @@ def why_not_carried(h: str, record: ConfigRecord, families: dict[str, KernelFami
 
 
 def run(db: Path, from_version: str | None = None) -> CarrySummary:
-    if from_version is None:
-        if len(FAMILY_RESULTS_CARRY) != 1:
-            raise CarryError(f"say which version to carry with --from (one of {', '.join(FAMILY_RESULTS_CARRY)})")
-        (from_version,) = FAMILY_RESULTS_CARRY
+    if from_version is None:  # the newest listed: the version just before this one
+        from_version = list(FAMILY_RESULTS_CARRY)[-1]
     if from_version not in FAMILY_RESULTS_CARRY:
         known = ", ".join(FAMILY_RESULTS_CARRY) or "none"
         raise CarryError(f"evaluator {from_version} results cannot be carried to {EVALUATOR_VERSION} "

@@ -214,7 +214,8 @@ def _add_carry_parser(sub) -> None:
                                       "that cannot change them")
     ca.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
     ca.add_argument("--from", dest="from_version", default=None, choices=list(FAMILY_RESULTS_CARRY),
-                    help="the older evaluator version whose results to carry (default: the only one listed)")
+                    help="the older evaluator version whose results to carry (default: the newest one, "
+                         f"{list(FAMILY_RESULTS_CARRY)[-1]})")
     ca.set_defaults(func=cmd_carry)
 
 

@@ -17,7 +17,7 @@ from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import EVALUATOR_VERSION, FAMILY_RESULTS_CARRY, Acc, Mode, ShapeResult, Status, Task
 from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
 
-OLD = next(iter(FAMILY_RESULTS_CARRY))
+OLD = list(FAMILY_RESULTS_CARRY)[-1]  # the default --from
 GPU = "NVIDIA H200 (sm_90a)"
 TASK = Task(64, 64, 64, Acc.FP32)
 FAMILY = SmallFamily()
@@ -69,20 +69,20 @@ def test_only_sources_the_family_renders_today_are_carried(db: Path) -> None:
 
 def test_a_family_source_that_fails_todays_static_rules_stays_behind() -> None:
     """The rules of the new version have the last word even over a family's own output (a stand-in family whose
-    render launches with programmatic dependent launch)."""
+    render synchronises the device)."""
 
     @dataclasses.dataclass
-    class PdlFamily:
-        name: str = "pdl_family"
+    class SyncFamily:
+        name: str = "sync_family"
 
         def make(self, params):
             return params
 
         def render(self, cfg):
             return FAMILY.render(FAMILY.default()).replace(
-                "extern \"C\"", "static int pdl = cudaLaunchAttributeProgrammaticStreamSerialization;\nextern \"C\"", 1)
+                "extern \"C\"", "static int sync = (cudaDeviceSynchronize(), 0);\nextern \"C\"", 1)
 
-    fam = PdlFamily()
+    fam = SyncFamily()
     h = source_hash(fam.render({}))
     assert carry.why_not_carried(h, ConfigRecord(fam.name, "x", {}), {fam.name: fam}) == "fails today's static rules"
     good = source_hash(FAMILY.render(FAMILY.default()))

@@ -6,6 +6,7 @@
            --store (unless fresh)--------> results already measured for (source, task, GPU, version, mode)
            --runner.run_harness----------> one confined child per candidate, many tasks per child;
                                             a crash or hang costs the task it happened in, the rest rerun
+                                            (told whether the source spells PDL: then it must be capturable)
            --store.put_result------------> every result persisted
 """
 
@@ -167,7 +168,8 @@ class Evaluator:
                         known[t] = hit
         todo = [t for t in dict.fromkeys(tasks) if t not in known]
         if todo:
-            for res in self._run_harness_tasks(comp.lib_path, todo):
+            pdl = static_check.spells_programmatic_launch(source)
+            for res in self._run_harness_tasks(comp.lib_path, todo, pdl):
                 known[res.task] = res
                 if self.store is not None and res.status != Status.INTERNAL_ERROR:
                     self.store.put_result(src_hash, self.gpu_label, self.options.mode, res)
@@ -178,25 +180,28 @@ class Evaluator:
             self._harness = harness_path(self.gpu.compute_capability)
         return self._harness
 
-    def _spec(self, tasks: Sequence[Task]) -> list[str]:
+    def _spec(self, tasks: Sequence[Task], pdl: bool = False) -> list[str]:
+        """The harness's spec lines; `pdl`: the candidate's source spells programmatic dependent launch."""
         o = self.options
         lines = [
             f"seed {int.from_bytes(os.urandom(8), 'little')}",  # secret per run: inputs cannot be predicted
             f"mode {o.mode.method.value}", f"checks {int(o.checks)}", f"baselines {int(o.baselines)}",
             f"warmup_ms {o.warmup_ms}", f"target_ms {o.target_ms}", f"min_reps {o.min_reps}",
             f"max_reps {o.max_reps}", f"qps {o.target_qps}", f"tol_fp32 {o.tol_fp32}", f"tol_fp16 {o.tol_fp16}",
+            f"pdl {int(pdl)}",
         ]
         for t in tasks:
             algo = self.store.get_algo(t, self.gpu_label, CUBLASLT_AUTOTUNED) if self.store else None
             lines.append(f"task {t.m} {t.n} {t.k} {t.acc.value} {algo or '-'}")
         return lines
 
-    def _run_harness_tasks(self, lib: str, tasks: list[Task]) -> list[ShapeResult]:
+    def _run_harness_tasks(self, lib: str, tasks: list[Task], pdl: bool = False) -> list[ShapeResult]:
         try:
             harness = self._harness_cmd()
         except HarnessBuildError as e:
             return [ShapeResult(t, Status.INTERNAL_ERROR, str(e).splitlines()[0]) for t in tasks]
-        results, algos = measure([str(harness), lib], tasks, self._spec, self.gpu.index, self.options.limits)
+        results, algos = measure([str(harness), lib], tasks, lambda todo: self._spec(todo, pdl), self.gpu.index,
+                                 self.options.limits)
         if self.store is not None:
             for task, (algo, median_us) in algos.items():
                 self.store.put_algo(task, self.gpu_label, CUBLASLT_AUTOTUNED, algo, median_us)

@@ -5,10 +5,11 @@ Two layers, both cheap and both run before any candidate code executes:
 1. `check_source` scans the CUDA C++ text, with comments and string/char literals blanked out (line numbers
    kept, backslash-newline splices undone), for calls, includes and definitions the contract forbids: vendor
    GEMM libraries, dynamic loading, host threads, processes, file and network I/O, environment and /proc
-   reading, host timers, private streams, allocation, synchronisation, graphs, persisting-L2 windows,
-   programmatic dependent launch, driver entry points, exit/abort, raw syscalls and definitions that could
-   interpose CUDA or libc functions. Its value is early, line-numbered feedback for the policy; it is easy to evade (token pasting, macros, string
-   concatenation, function pointers), so it is never the last word.
+   reading, host timers, private streams, allocation, synchronisation, graphs, persisting-L2 windows, driver
+   entry points, exit/abort, raw syscalls and definitions that could interpose CUDA or libc functions. Its value
+   is early, line-numbered feedback for the policy; it is easy to evade (token pasting, macros, string
+   concatenation, function pointers), so it is never the last word. `spells_programmatic_launch` is no verdict:
+   it tells the harness that a source names programmatic dependent launch, whose calls must then be capturable.
 2. `check_library` inspects the shared library nvcc built from the source. Every undefined dynamic symbol must
    be on an allowlist (default deny), so whatever spelling the source used, a call into a forbidden function
    that goes through the dynamic linker is caught. Defined symbols that could shadow the harness's CUDA, libc
@@ -382,22 +383,6 @@ SOURCE_RULES: tuple[Rule, ...] = (
         "A persisting-L2 window keeps inputs resident across calls, which fakes speed the real workload would not see.",
     ),
     Rule(
-        "programmatic_launch",
-        _rx(_words(r"cudaLaunchAttributeProgrammatic\w*", r"programmaticStreamSerialization\w*",
-                   r"cudaLaunchAttributeLaunchCompletionEvent", r"cudaGridDependencySynchronize",
-                   r"cudaTriggerProgrammaticLaunchCompletion", r"launch_with_pdl", r"CUTLASS_ENABLE_GDC_FOR_SM90")),
-        "Programmatic dependent launch (PDL) lets a kernel start before the kernel before it on the stream has"
-        " finished: back-to-back timed calls would overlap one another, a gain no single call has. Launch without"
-        " the PDL attribute (the harness also rejects programmatic edges in the captured graph).",
-    ),
-    Rule(
-        "programmatic_launch",
-        _rx(_words(r"griddepcontrol")),
-        "griddepcontrol.launch_dependents / .wait are the device side of programmatic dependent launch, which"
-        " overlaps back-to-back timed calls.",
-        scope="asm",
-    ),
-    Rule(
         "driver_entry_point",
         _rx(_words(r"cudaGetDriverEntryPoint\w*", r"cuGetProcAddress\w*")),
         "Fetching driver functions by name bypasses the link check; call cuTensorMapEncodeTiled directly"
@@ -576,6 +561,28 @@ class _Scanner:
         self.emit(self.text[start:end] if keep else _blank(self.text[start:end]))
 
 
+# Not violations: programmatic dependent launch (PDL) lets a kernel start before the kernel before it on the stream
+# has finished. Inside one call that is fair (cuBLAS launches its split-K reduction that way); between calls it would
+# overlap back-to-back timed calls, a gain no single call has. The harness rejects programmatic edges between calls in
+# the captured graph of the timed calls, which only a capturable candidate has: a source that spells PDL is told to
+# the harness (`spells_programmatic_launch`), which then rejects it if its calls cannot be captured.
+PDL_RULES: tuple[Rule, ...] = (
+    Rule(
+        "programmatic_launch",
+        _rx(_words(r"cudaLaunchAttributeProgrammatic\w*", r"programmaticStreamSerialization\w*",
+                   r"cudaLaunchAttributeLaunchCompletionEvent", r"cudaGridDependencySynchronize",
+                   r"cudaTriggerProgrammaticLaunchCompletion", r"launch_with_pdl", r"CUTLASS_ENABLE_GDC_FOR_SM90")),
+        "the host side of PDL: the launch attribute, CUTLASS's launch_with_pdl and its device-side switch",
+    ),
+    Rule(
+        "programmatic_launch",
+        _rx(_words(r"griddepcontrol")),
+        "griddepcontrol.launch_dependents / .wait: the device side of PDL",
+        scope="asm",
+    ),
+)
+
+
 def _view(source: str) -> _View:
     text, splices = _splice(source)
     scanner = _Scanner(text)
@@ -682,6 +689,12 @@ def check_source(source: str) -> list[Violation]:
         found.extend(_rule_violations(rule, view))
     return sorted(found, key=lambda v: (v.line, v.rule))
 
+
+
+def spells_programmatic_launch(source: str) -> bool:
+    """True when the source names programmatic dependent launch (PDL_RULES) anywhere outside comments."""
+    view = _view(source)
+    return any(next(_rule_hits(rule, view), None) is not None for rule in PDL_RULES)
 
 # --------------------------------------------------------------------------------------------------------------
 # Library rules

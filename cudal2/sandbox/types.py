@@ -17,7 +17,7 @@ from typing import Any
 
 # Bumped whenever a change could alter a status or a figure; part of every cache and store key, so results
 # of an older evaluator are never served as current ones.
-EVALUATOR_VERSION = "0.2.0"
+EVALUATOR_VERSION = "0.3.0"
 
 # Older versions whose results stand under the current one for sources that cudal2's own kernel families generated,
 # and why: the change since cannot alter what such a source gets. `cudal2 carry` copies those results forward
@@ -25,6 +25,9 @@ EVALUATOR_VERSION = "0.2.0"
 FAMILY_RESULTS_CARRY: dict[str, str] = {
     "0.1.0": "0.2.0 only adds the rejection of programmatic dependent launch (a static rule, and programmatic edges "
              "in the captured graph of the timed calls); no family kernel launches with PDL",
+    "0.2.0": "0.3.0 allows programmatic dependent launch between the kernels of one call (cuBLAS's split-K does it) and "
+             "still rejects it between calls, checked in the captured graph in every mode; a source that does not spell "
+             "PDL is checked and timed as before",
 }
 
 

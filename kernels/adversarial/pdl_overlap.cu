@@ -1,6 +1,6 @@
 // attack: launches its kernel with programmatic dependent launch (PDL) and triggers its dependents at once, so in the offline graph of back-to-back timed calls each call's kernel starts while the one before it is still running (the calls use different buffers, so every answer stays right) and the per-call time shrinks
-// expect: static_reject
-// caught-by: S: programmatic_launch (the PDL attribute and griddepcontrol); R would reject the programmatic edges in the captured graph
+// expect: rejected_behaviour
+// caught-by: R: programmatic edges between calls in the captured graph of the timed calls (PDL is allowed only between the kernels of one call, evaluator 0.3.0)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>

@@ -119,6 +119,20 @@ def test_wallclock_mode_times_plain_calls_and_still_reverifies():
     assert {"cublaslt_heuristic", "cublaslt_autotuned"} <= set(res.timings)
 
 
+
+@pytest.mark.parametrize("mode", [Mode.OFFLINE, Mode.SERVER, Mode.WALLCLOCK])
+def test_pdl_is_allowed_inside_a_call_and_rejected_between_calls_in_every_mode(mode):
+    """cuBLAS's split-K launches its reduction with PDL inside one call; a kernel launched with PDL after the previous
+    call's kernel overlaps the calls. Server and wall-clock time plain calls, so the harness captures them to check."""
+    opts = EvalOptions(fresh=True, mode=mode, target_ms=5, warmup_ms=2, min_reps=3, max_reps=10)
+    evaluator = Evaluator(opts)
+    task = [Task(256, 512, 128)]
+    inside = evaluator.evaluate((KERNELS / "legit" / "pdl_within_call.cu").read_text(), task).shapes[0]
+    assert inside.status == Status.OK, inside.reason
+    between = evaluator.evaluate((KERNELS / "adversarial" / "pdl_overlap.cu").read_text(), task).shapes[0]
+    assert between.status == Status.REJECTED_BEHAVIOUR, between.reason
+    assert "across calls" in between.reason
+
 def test_baselines_alone():
     res = Evaluator(FAST).baselines([Task(512, 512, 512)])[0]
     assert res.status == Status.OK, res.reason

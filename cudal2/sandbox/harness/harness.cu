@@ -15,9 +15,11 @@
 //      run again: a stalled host reads like GPU work left running).
 //   2. timing with CUDA events: offline = CUDA-graph replay of R calls over R rotating input sets
 //      (plain stream calls when the candidate cannot be captured), server = L2 flush + Poisson arrivals.
-//      A captured candidate whose graph has programmatic (PDL) edges is rejected: its back-to-back timed calls
-//      could overlap one another, which no single call does. Not covered: a candidate that refuses capture runs
-//      as plain calls, where a PDL launch spelled past the static rule (programmatic_launch) goes unseen.
+//      Programmatic (PDL) edges are allowed inside one call (cuBLAS's own split-K launches its reduction kernel
+//      that way) and rejected between calls, where back-to-back timed calls would overlap one another, which no
+//      single call does. Every mode captures the candidate's calls once for this check (server and wallclock
+//      then time plain calls); a source that spells PDL (spec `pdl 1`) must be capturable. Not covered: a
+//      candidate that refuses capture and launches with PDL spelled past the static scan runs unseen.
 //      wallclock = CUDA-L2's method, for comparison with its tables only: the host clock around one plain call
 //      and a stream synchronisation, the same input set every call (warm L2), launch overhead included.
 //      Baselines in the same process on the same inputs, interleaved in random order: cuBLAS
@@ -43,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <tuple>
 #include <random>
 #include <string>
@@ -142,6 +145,7 @@ struct Spec {
   bool checks = true, baselines = true;
   double warmup_ms = 20, target_ms = 150, qps = 2000, tol_fp32 = 2.5e-4, tol_fp16 = 5e-3;  // at K=1024, scaled by sqrt(K/1024)
   int min_reps = 10, max_reps = 200, max_sets = 32;
+  bool pdl = false;  // the source spells programmatic dependent launch: its calls must be capturable (graph check)
   std::vector<TaskSpec> tasks;
 };
 
@@ -170,6 +174,7 @@ static Spec read_spec(char* nonce, size_t nonce_cap) {
     else if (sscanf(line, "sandbox_dir %511s", text) == 1) s.sandbox_dir = text;
     else if (sscanf(line, "checks %d", &i) == 1) s.checks = i != 0;
     else if (sscanf(line, "baselines %d", &i) == 1) s.baselines = i != 0;
+    else if (sscanf(line, "pdl %d", &i) == 1) s.pdl = i != 0;
     else if (sscanf(line, "warmup_ms %lf", &d) == 1) s.warmup_ms = d;
     else if (sscanf(line, "target_ms %lf", &d) == 1) s.target_ms = d;
     else if (sscanf(line, "min_reps %d", &i) == 1) s.min_reps = i;
@@ -759,10 +764,31 @@ static bool issue_all(Timed& t, int R) {
   return true;
 }
 
-// Edges of `g` that let the downstream node start before the upstream one has finished: programmatic dependent
-// launch (a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization, or waiting on a launch-completion
-// or programmatic port). -1 when the edges cannot be read.
-static long programmatic_edges(cudaGraph_t g) {
+// Issues calls 0..R-1 into the capture on c.s and records which call added each node of the graph being built
+// (cudaStreamGetCaptureInfo hands out that graph, which may be read while the capture goes on). False when a call
+// fails or leaves the capture invalidated.
+static bool issue_all_captured(Ctx& c, Timed& t, int R, std::map<cudaGraphNode_t, int>& call_of) {
+  std::vector<cudaGraphNode_t> nodes;
+  for (int i = 0; i < R; ++i) {
+    if (!t.call(i)) return false;
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaGraph_t g = nullptr;
+    size_t n = 0;
+    if (cudaStreamGetCaptureInfo(c.s, &st, nullptr, &g) != cudaSuccess || st != cudaStreamCaptureStatusActive || !g ||
+        cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess)
+      return cudaGetLastError(), false;
+    nodes.resize(n);
+    if (n && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return cudaGetLastError(), false;
+    for (size_t j = 0; j < n; ++j) call_of.emplace(nodes[j], i);  // a node seen after an earlier call keeps its call
+  }
+  return true;
+}
+
+// Edges of `g` that let the downstream node start before the upstream one has finished (programmatic dependent
+// launch: a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization, or waiting on a launch-completion
+// or programmatic port) and that leave the call which added the upstream node (`call_of`; a node of no call counts
+// as its own). Such an edge lets a timed call overlap the one before it. -1 when the edges cannot be read.
+static long cross_call_programmatic_edges(cudaGraph_t g, const std::map<cudaGraphNode_t, int>& call_of) {
   size_t n = 0;
   if (cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n) != cudaSuccess) return cudaGetLastError(), -1;
   if (n == 0) return 0;
@@ -770,22 +796,27 @@ static long programmatic_edges(cudaGraph_t g) {
   std::vector<cudaGraphEdgeData> data(n);
   if (cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n) != cudaSuccess) return cudaGetLastError(), -1;
   long found = 0;
-  for (const cudaGraphEdgeData& d : data)
-    found += d.type != cudaGraphDependencyTypeDefault || d.from_port != cudaGraphKernelNodePortDefault;
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == cudaGraphKernelNodePortDefault) continue;
+    auto a = call_of.find(from[i]), b = call_of.find(to[i]);
+    found += a == call_of.end() || b == call_of.end() || a->second != b->second;
+  }
   return found;
 }
 
-// Capture R calls into a graph. Returns "" on success, else why not (the candidate then runs uncaptured).
-// `programmatic`: the captured graph's programmatic edges (programmatic_edges), 0 when nothing was captured.
-static std::string capture(Ctx& c, Timed& t, int R, bool& empty, long& programmatic) {
+// Capture R calls into a graph and, when `instantiate`, make it t's timed path. Returns "" on success, else why not
+// (the candidate then runs uncaptured). `cross_call`: the captured graph's programmatic edges between calls
+// (cross_call_programmatic_edges), 0 when nothing was captured.
+static std::string capture(Ctx& c, Timed& t, int R, bool instantiate, bool& empty, long& cross_call) {
   empty = false;
-  programmatic = 0;
+  cross_call = 0;
   cudaGraph_t g = nullptr;
   if (cudaStreamBeginCapture(c.s, cudaStreamCaptureModeGlobal) != cudaSuccess) {
     cudaGetLastError();
     return "cudaStreamBeginCapture failed";
   }
-  bool ok = issue_all(t, R);
+  std::map<cudaGraphNode_t, int> call_of;
+  bool ok = issue_all_captured(c, t, R, call_of);
   cudaError_t e = cudaStreamEndCapture(c.s, &g);
   cudaGetLastError();  // clear a capture-invalidation error; the context is not sticky-broken by it
   if (!ok || e != cudaSuccess || !g) {
@@ -799,8 +830,8 @@ static std::string capture(Ctx& c, Timed& t, int R, bool& empty, long& programma
     cudaGraphDestroy(g);
     return "graph is empty";
   }
-  programmatic = programmatic_edges(g);
-  cudaError_t ie = cudaGraphInstantiate(&t.exec, g, 0);
+  cross_call = cross_call_programmatic_edges(g, call_of);
+  cudaError_t ie = instantiate ? cudaGraphInstantiate(&t.exec, g, 0) : cudaSuccess;
   cudaGraphDestroy(g);
   if (ie != cudaSuccess) {
     cudaGetLastError();
@@ -913,6 +944,27 @@ static bool reverify(Ctx& c, TaskBufs& b, Timed& cand, Outcome& out) {
   return true;
 }
 
+// What the capture of the candidate's R calls says about it (checks on); false after out.fail.
+static bool capture_verdict(const Ctx& c, const std::string& why, bool empty, long cross_call, int R, Outcome& out) {
+  if (empty)
+    return out.fail("rejected_behaviour", "enqueued no GPU work while its stream was being captured into a CUDA "
+                                          "graph (detects capture and behaves differently)");
+  if (cross_call < 0)
+    return out.fail("rejected_behaviour", "the edges of its captured CUDA graph could not be read, so programmatic "
+                                          "dependent launch between calls cannot be ruled out");
+  if (cross_call > 0)
+    return out.fail("rejected_behaviour",
+                    fmt("launches with programmatic dependent launch (PDL) across calls: %ld programmatic edge(s) "
+                        "between its %d timed calls in the captured graph, so a call could start before the one "
+                        "before it ends; PDL is allowed only between kernels of one call",
+                        cross_call, R));
+  if (!why.empty() && c.spec.pdl)
+    return out.fail("rejected_behaviour",
+                    "spells programmatic dependent launch but its calls could not be captured into a CUDA graph (" +
+                        why + "), so PDL edges between calls cannot be ruled out");
+  return true;
+}
+
 static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
   int R = b.R;
   std::vector<Timed> ts;
@@ -941,31 +993,18 @@ static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
                     }});
   }
   bool ok = true;
-  if (c.spec.mode == "offline") {  // server and wallclock time plain stream calls
-    for (Timed& x : ts) {
-      bool empty = false;
-      long programmatic = 0;
-      std::string why = capture(c, x, R, empty, programmatic);
-      if (c.cand && &x == &ts[0]) {
-        if (empty && c.spec.checks) {
-          ok = out.fail("rejected_behaviour", "enqueued no GPU work while its stream was being captured into a CUDA "
-                                              "graph (detects capture and behaves differently)");
-          break;
-        }
-        if (programmatic != 0 && c.spec.checks) {
-          ok = out.fail("rejected_behaviour",
-                        programmatic < 0
-                            ? std::string("the edges of its captured CUDA graph could not be read, so programmatic "
-                                          "dependent launch cannot be ruled out")
-                            : fmt("launches with programmatic dependent launch (PDL): %ld programmatic edge(s) in the "
-                                  "graph of its %d timed calls, so a call could start before the one before it ends "
-                                  "and back-to-back calls overlap; launch every kernel without the PDL attribute",
-                                  programmatic, R));
-          break;
-        }
-        out.graph = why.empty();
-      }
-    }
+  // Offline times graph replays of every path. The other modes time plain calls but still capture the candidate's
+  // calls once (checks on), so that what its graph shows (no work, PDL between calls) is checked in every mode.
+  bool offline = c.spec.mode == "offline";
+  for (Timed& x : ts) {
+    bool cand = c.cand && &x == &ts[0];
+    if (!offline && !(cand && c.spec.checks)) continue;
+    bool empty = false;
+    long cross_call = 0;
+    std::string why = capture(c, x, R, offline, empty, cross_call);
+    if (!cand) continue;
+    if (c.spec.checks && !(ok = capture_verdict(c, why, empty, cross_call, R, out))) break;
+    out.graph = offline && why.empty();
   }
   // Before every timed sample (outside the timed window): outputs poisoned, workspace garbage, a few input
   // elements of every set changed. A candidate that keeps results between calls (keyed by pointer, shape or
