@@ -7,6 +7,8 @@ parameterised by a config except through the named constants the including sourc
 
 from __future__ import annotations
 
+import string
+
 import textwrap
 from typing import Any
 
@@ -178,12 +180,12 @@ def constants(rows: list[tuple[str, str, str, str]]) -> str:
 
 # The second kernel of split-K through a workspace (sm80_mma, and sm90_wgmma's split-K as a batch): sums the fp32
 # partial slices into half C. The including source defines REDUCE_THREADS.
-SPLITK_REDUCE = """\
+_SPLITK_REDUCE = string.Template("""\
 // C[i] = half(sum over splits s = 0, 1, ... of ws[s][i]) over the flattened M*N elements (C's rows are N apart,
 // like the slabs'), summed in split order: bitwise reproducible. vec4: MN % 4 == 0, ws 16-byte and C 4-byte aligned.
 __global__ void __launch_bounds__(REDUCE_THREADS)
 splitk_reduce(const float* __restrict__ ws, half* __restrict__ C, long long MN, int splits, int vec4) {
-    const long long stride = (long long)gridDim.x * REDUCE_THREADS;
+$wait    const long long stride = (long long)gridDim.x * REDUCE_THREADS;
     const long long first = (long long)blockIdx.x * REDUCE_THREADS + threadIdx.x;
     if (vec4) {
         const float4* w4 = reinterpret_cast<const float4*>(ws);
@@ -209,4 +211,17 @@ splitk_reduce(const float* __restrict__ ws, half* __restrict__ C, long long MN, 
         }
     }
 }
+""")
+
+# With programmatic dependent launch the kernel may start while the GEMM that wrote the partials still runs: it waits
+# for that GEMM's writes first (a no-op without PDL, but older sources render without the line).
+_PDL_WAIT = """    asm volatile("griddepcontrol.wait;" ::: "memory");  // the partials are the GEMM's: wait for them (PDL)
 """
+
+
+def splitk_reduce(wait: bool = False) -> str:
+    """splitk_reduce's source; `wait`: it is launched with programmatic dependent launch (sm_90 and later)."""
+    return _SPLITK_REDUCE.substitute(wait=_PDL_WAIT if wait else "")
+
+
+SPLITK_REDUCE = splitk_reduce()

@@ -150,6 +150,10 @@ class Sm90Config:
     # Columns of the TMA epilogue's subtile (rows: 128 cooperative, 64 pingpong); 0: CUTLASS's EpilogueTileAuto,
     # gcd(32, BN). Wider subtiles mean fewer store rounds per tile but more shared memory. Added after stored configs.
     epi_n: int = field(default=0, metadata=ADDED_LATER)
+    # Split-K as a batch only: its reduction kernel starts with programmatic dependent launch (PDL), while the GEMM's
+    # last tiles finish, and waits on the GEMM's results in place (griddepcontrol.wait), as cuBLAS's own split-K
+    # launches its reduction (benchmarks/cublas_graph.cu). Evaluator 0.3.0 allows PDL within one call. Added later.
+    pdl: bool = field(default=False, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -177,6 +181,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "swap_ab": (False, True),
     # 0 (CUTLASS's choice) or a multiple of 16 (CUTLASS's static_assert) that divides BN: prune() says which.
     "epi_n": (0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
+    "pdl": (False, True),
 }
 
 
@@ -191,6 +196,12 @@ EXTENDED_GMMA_GAIN = 1.8  # the narrow wgmmas' cost per unit of work over one wi
 EXTENDED_GMMA_DEFINE = (
     "// wgmma N = BN needs CuTe's extended shapes (otherwise: several narrower wgmmas per K step)\n"
     "#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED\n"
+)
+
+
+GDC_DEFINE = (
+    "// CUTLASS's grid dependency control: the GEMM lets splitk_reduce launch once its last tiles' mainloops are done\n"
+    "#define CUTLASS_ENABLE_GDC_FOR_SM90\n"
 )
 
 
@@ -329,6 +340,8 @@ class Sm90Family:
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
                     f"portable {MAX_CLUSTER_CTAS}")
+        if cfg.pdl and not batched_split_k(cfg):
+            return "pdl starts split-K's reduction kernel early: only split-K as a batch (persistent, splits > 1) has one"
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
             return "reduction=atomic sums K-range partials: only the stream-K scheduler has any (use ordered)"
         if (why := _epilogue_tile_problem(cfg)) is not None:
@@ -424,7 +437,8 @@ class Sm90Family:
             raise BadConfig(f"not an Sm90Config: {cfg!r}")
         values = _template_values(self, cfg)
         return "".join((
-            _HEADER.substitute(values), EXTENDED_GMMA_DEFINE if extended_gmma(cfg) else "", _INCLUDES,
+            _HEADER.substitute(values), EXTENDED_GMMA_DEFINE if extended_gmma(cfg) else "",
+            GDC_DEFINE if cfg.pdl else "", _INCLUDES,
             "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
             _TYPES.substitute(values), _ENTRY.substitute(values),
         ))
@@ -521,7 +535,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
-                          " as a batch, summed by splitk_reduce" if batched else "",
+                          " as a batch, summed by splitk_reduce" + (" (launched with PDL)" if cfg.pdl else "")
+                          if batched else "",
         "raster_note": {Raster.HEURISTIC: "", Raster.ALONG_M: " along M", Raster.ALONG_N: " along N"}[cfg.raster],
     }
 
@@ -615,9 +630,26 @@ _BATCHED_LAUNCH = string.Template(r"""  // Split-K as a batch: equal K ranges of
   const long long work = vec4 ? MN / 4 : MN;
   const unsigned blocks = unsigned(work < 1024LL * cudal2_sm90::REDUCE_THREADS
                                        ? (work + cudal2_sm90::REDUCE_THREADS - 1) / cudal2_sm90::REDUCE_THREADS : 1024);
-  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
+$reduce_launch""")
+
+_REDUCE_LAUNCH = string.Template("""  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
       static_cast<const float*>(workspace), C, MN, $splits, vec4);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
+""")
+# Programmatic dependent launch: splitk_reduce may start before the GEMM before it on `stream` has finished (its
+# griddepcontrol.wait holds its reads until the GEMM's writes are visible), which hides one kernel launch per call.
+_REDUCE_LAUNCH_PDL = string.Template("""  cudaLaunchConfig_t launch = {};
+  launch.gridDim = dim3(blocks);
+  launch.blockDim = dim3(cudal2_sm90::REDUCE_THREADS);
+  launch.stream = stream;
+  cudaLaunchAttribute early[1];
+  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early[0].val.programmaticStreamSerializationAllowed = 1;
+  launch.attrs = early;
+  launch.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce, static_cast<const float*>(workspace),
+                                           C, MN, int($splits), vec4);
+  return e == cudaSuccess ? 0 : 4;
 """)
 
 _BATCHED_HELPERS = string.Template(r"""
@@ -640,9 +672,12 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
         return {
             "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
                               "(0 for persistent).",
-            "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits, splitk_reduce=cuda_parts.SPLITK_REDUCE),
+            "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits,
+                                                         splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl)),
             "init_step": "initialize",
-            "launch": _BATCHED_LAUNCH.substitute(splits=cfg.splits),
+            "launch": _BATCHED_LAUNCH.substitute(
+                splits=cfg.splits,
+                reduce_launch=(_REDUCE_LAUNCH_PDL if cfg.pdl else _REDUCE_LAUNCH).substitute(splits=cfg.splits)),
             "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
         }
     launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH

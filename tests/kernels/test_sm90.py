@@ -40,7 +40,7 @@ from cudal2.sandbox.compiler import nvcc_flags
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.runner import RunLimits
-from cudal2.sandbox.static_check import check_source
+from cudal2.sandbox.static_check import check_source, spells_programmatic_launch
 from cudal2.sandbox.types import Acc, Status, Task
 from cudal2.tune_search import estimate_us
 
@@ -134,6 +134,8 @@ def test_config_names_are_distinct_and_stable():
         (cfg(epi_n=32), "what CUTLASS picks for BN=256 anyway"),
         (cfg(bn=176, epi_n=16), "what CUTLASS picks for BN=176 anyway"),
         (cfg(epilogue=Epilogue.NOSMEM, epi_n=128), "the no-smem epilogue stores from registers"),
+        (cfg(pdl=True), "only split-K as a batch"),
+        (cfg(scheduler=Scheduler.STREAMK, splits=8, pdl=True), "only split-K as a batch"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -246,6 +248,22 @@ def test_split_k_as_a_batch_renders_partials_and_their_reduction():
     assert "using ElementD = cutlass::half_t;" in plain and "{M, N, K, 1}," in plain and "splitk_reduce" not in plain
     assert d_bytes(cfg(splits=6)) == 4 and d_bytes(cfg(scheduler=Scheduler.STREAMK, splits=6)) == 2
 
+
+
+def test_pdl_starts_the_reduction_early_and_leaves_older_configs_as_rendered():
+    """pdl=True: CUTLASS's grid dependency control on (the GEMM triggers its dependent after its last mainloop),
+    splitk_reduce launched with the PDL attribute and waiting in place for the partials. pdl=False renders as before."""
+    base = cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=2, splits=8)
+    early = FAMILY.render(replace(base, pdl=True))
+    for piece in ("#define CUTLASS_ENABLE_GDC_FOR_SM90", 'asm volatile("griddepcontrol.wait;" ::: "memory");',
+                  "early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;",
+                  "cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce", "summed by splitk_reduce (launched with PDL)"):
+        assert piece in early, piece
+    assert early.index("#define CUTLASS_ENABLE_GDC_FOR_SM90") < early.index("#include")  # before CUTLASS sees it
+    assert check_source(early) == [] and spells_programmatic_launch(early)
+    plain = FAMILY.render(base)
+    assert not spells_programmatic_launch(plain) and "splitk_reduce<<<blocks" in plain
+    assert config_name(FAMILY, replace(base, pdl=True)) == config_name(FAMILY, base) + "-pdl1"
 
 def test_stream_k_sources_clear_their_flags_with_a_kernel_not_a_memset():
     """A memset node costs ~2.3 us per call in graph replay against ~0.6 us for a kernel node (graph_gap.cu):
@@ -568,6 +586,8 @@ GPU_SAMPLE = [
     # Explicit epilogue subtiles: a whole 128x176 tile at once, and 96 columns of fp32 partials, operands swapped.
     cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
     cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
+    # The reduction of split-K as a batch started with PDL (the GEMM's partials waited for in place).
+    cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=2, splits=8, pdl=True),
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only
