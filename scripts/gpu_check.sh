@@ -57,7 +57,9 @@ if [[ $what == smoke || $what == all ]]; then
     --db "$OUT/results.sqlite" 2>&1 | tee "$OUT/smoke.log" || rc=1
 fi
 if [[ $what == tests || $what == all ]]; then
-  CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" python3 -m pytest -m gpu -q --timeout=300 tests -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
+  # GPU_TESTS (default tests) and GPU_TESTS_K (pytest -k) narrow the run, e.g. to what a change touched.
+  CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" python3 -m pytest -m gpu -q --timeout=300 ${GPU_TESTS:-tests} \
+    ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $what == bench || $what == all ]]; then
