@@ -23,7 +23,10 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               64-row pingpong tiles, which the stream-K scheduler lacks; cuBLASLt splits 32- and 64-row tiles on the
               skinny long-K shapes): batch l of the GEMM is K range l (an L stride of K/splits elements), its fp32
               partial goes to slice l of the workspace, and a second kernel of the source sums the slices in order
-              into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges
+              into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges. With `pdl`
+              that kernel is launched with programmatic dependent launch, as cuBLAS launches its own split-K
+              reduction: it starts while the GEMM's last tiles finish (CUTLASS's grid dependency control lets it
+              launch after each CTA's last mainloop) and waits for their partials in place (griddepcontrol.wait)
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N). The TMA epilogue stores the tile in
               subtiles of 128 (cooperative) or 64 (pingpong) rows by `epi_n` columns, one shared-memory round trip
