@@ -140,6 +140,9 @@ def _add_tune_parser(sub) -> None:
                     "fill a compile cache for it on a CPU machine")
     tu.add_argument("--vary", action="append", default=[], metavar="PARAM", help="with --strategy neighbours: "
                     "step only along this parameter (repeatable; default every parameter), e.g. --vary epi_n")
+    tu.add_argument("--cublas-kernels", default=None, metavar="REPORT", help="with --strategy cublaslt: also follow "
+                    "the kernels cuBLAS's heuristic runs per shape, from benchmarks/cublas_graph.cu's output (e.g. "
+                    "benchmarks/cublas_kernels_h200.txt)")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -157,7 +160,8 @@ def cmd_tune(args) -> int:
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
             target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms,
-            plan_as=args.plan_as, vary=tuple(args.vary))
+            plan_as=args.plan_as, vary=tuple(args.vary),
+            cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None)
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

@@ -45,6 +45,7 @@ from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.compiler import nvcc_flags
+from cudal2.sandbox.cublas_kernels import CublasKernelsError, cublas_algos
 from cudal2.sandbox.evaluator import EvalOptions, source_hash
 from cudal2.sandbox.gpu import DEFAULT_ARCH, GpuInfo, detect_gpu, sm_count
 from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtDecodeError
@@ -87,6 +88,9 @@ class TuneOptions:
     # propose first, and a compile cache built here serves it (precompiling on a CPU machine). Nothing is measured.
     plan_as: str | None = None
     vary: tuple[str, ...] = ()  # --strategy neighbours: step only along these parameters (() = every parameter)
+    # --strategy cublaslt: benchmarks/cublas_graph.cu's report of the kernels cuBLAS runs per shape on this GPU, whose
+    # nvjet tiles the strategy follows too (cudal2.sandbox.cublas_kernels); None: cuBLASLt's autotuned algorithms only
+    cublas_kernels: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,11 @@ class Tuner:
                                       options.sms or sm_count(self.gpu, self.arch), options.vary)
         if options.strategy.reads_cublaslt_algos:
             self._feed_cublaslt_algos()
+            if options.cublas_kernels is not None:
+                self._feed_cublas_kernels(options.cublas_kernels)
+        elif options.cublas_kernels is not None:
+            raise TuneInputError(f"--cublas-kernels feeds --strategy cublaslt; --strategy {options.strategy.value} "
+                                 "does not read it")
         self.pending: deque[_Job] = deque()  # further jobs (shape chunks) of the config proposed last
         self.ok_configs: set[str] = set()  # source hashes that compiled or ran ok on some shape
         self.summary = TuneSummary(shapes=self.tasks)
@@ -306,6 +315,16 @@ class Tuner:
                     self.strategy.observe_cublaslt(task, decode_lt_algo(algo_hex))
                 except LtDecodeError as e:
                     raise TuneInputError(f"cuBLASLt algorithm of {task.m}x{task.n}x{task.k}: {e}") from None
+
+    def _feed_cublas_kernels(self, path: Path) -> None:
+        """Give the strategy the algorithm of the nvjet kernel cuBLAS runs on each target (cublas_graph.cu's report)."""
+        try:
+            algos = cublas_algos(path.read_text())
+        except (OSError, UnicodeDecodeError, CublasKernelsError) as e:
+            raise TuneInputError(f"--cublas-kernels {path}: {e}") from None
+        for task in self.tasks:
+            if (algo := algos.get((task.m, task.n, task.k))) is not None:
+                self.strategy.observe_cublaslt(task, algo)
 
     def _warm_start(self) -> int:
         """Feed the strategy the fastest stored configs of these families on these shapes (earlier runs), so an

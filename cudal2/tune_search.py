@@ -29,7 +29,9 @@
                   parameters: a new one such as sm90's `epi_n` tried on each winner, without the whole neighbourhood.
     cublaslt      no search: each target shape gets the configs nearest to the cuBLASLt algorithm the harness
                   autotuned there (stored with the baselines; decoded by cudal2.sandbox.lt_algo): the same tile,
-                  cluster and split-K where the family can express them (`like_cublaslt`), not yet measured there.
+                  cluster and split-K where the family can express them (`like_cublaslt`), not yet measured there;
+                  with tune --cublas-kernels, also those nearest to the kernel cuBLAS's default heuristic runs there
+                  (the `cublas` baseline itself; cudal2.sandbox.cublas_kernels), which is not always cuBLASLt's.
                   cuBLAS's own choice is a strong start where it beats every config of the store.
     rerender      no search: after a family's code changed (so some configs render a source other than the one
                   stored), each target shape gets today's render of its RERENDER_PER_SHAPE fastest such stale configs
@@ -429,20 +431,19 @@ class CublasLtSearch(_FreshPlan):
 
     def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...]):
         super().__init__(families, rng, targets)
-        self._algos: dict[Task, LtAlgo] = {}
+        self._algos: dict[Task, list[LtAlgo]] = {}  # cuBLASLt's autotuned, cuBLAS's heuristic kernel: each observed
 
     def observe_cublaslt(self, task: Task, lt: LtAlgo) -> None:
-        self._algos[task] = lt
+        self._algos.setdefault(task, []).append(lt)
 
     def _pick(self, picks: _Picks) -> None:
         for target in self.targets:
-            if target not in self._algos:
-                continue  # no cuBLASLt baseline stored there yet
-            for family in self.families:
-                for rank, cfg in enumerate(family.like_cublaslt(self._algos[target])):  # rank: most faithful first
-                    cand = Candidate(family, cfg)
-                    if self._fresh(cand, target):
-                        picks.add(cand, rank, target)
+            for algo in self._algos.get(target, ()):  # none: no cuBLASLt baseline stored there yet
+                for family in self.families:
+                    for rank, cfg in enumerate(family.like_cublaslt(algo)):  # rank: most faithful first
+                        cand = Candidate(family, cfg)
+                        if self._fresh(cand, target):
+                            picks.add(cand, rank, target)
 
 
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one

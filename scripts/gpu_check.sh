@@ -14,7 +14,8 @@
 #           K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
 #           (space-separated, e.g. "epi_n"; default: every parameter),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
-#           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64),
+#           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64)
+#           (with CUBLAS_KERNELS, a cublas_graph.cu report, also nearest to the kernels cuBLAS itself runs),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -159,8 +160,9 @@ if [[ $what == grid ]]; then
   if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most
     mnk_subset "${CUBLASLT_SHAPES:-data/grid.csv}" "${CUBLASLT_MIN_LOG2_MNK:-0}" "${CUBLASLT_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/cublaslt.csv
+    # CUBLAS_KERNELS: cublas_graph.cu's report (gap's cublas_graph.txt): cuBLAS's own kernels are followed too
     grid_tune --shapes /tmp/grid-out/cublaslt.csv --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
-      --budget-minutes "$CUBLASLT_MINUTES"
+      --budget-minutes "$CUBLASLT_MINUTES" ${CUBLAS_KERNELS:+--cublas-kernels "$CUBLAS_KERNELS"}
   fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
     grid_tune --shapes data/grid.csv --strategy fill --budget-minutes "$FILL_MINUTES"

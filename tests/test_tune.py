@@ -385,6 +385,31 @@ def test_cublaslt_tuner_starts_from_the_stored_algorithm(tmp_path, monkeypatch):
             tune.Tuner(options, [shape], store, log, out=lambda line: None)
 
 
+
+def test_cublaslt_tuner_also_follows_the_kernels_cublas_runs(tmp_path, monkeypatch):
+    """With --cublas-kernels the plan also holds the configs nearest to the nvjet kernel cuBLAS's heuristic runs (the
+    harness's `cublas` baseline) on each target, where no cuBLASLt algorithm is stored; a report that cannot be read is
+    one input error."""
+    from tests.sandbox.test_cublas_kernels import REPORT
+
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    (tmp_path / "cublas.txt").write_text(REPORT)
+    shape, other = Task(256, 12288, 2048), Task(512, 512, 512)
+    options = _options(tmp_path, families=("all",), strategy=Strategy.CUBLASLT, compile_only=False,
+                       cublas_kernels=tmp_path / "cublas.txt")
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        tuner = tune.Tuner(options, [shape, other], store, log, out=lambda line: None)
+        first = tuner.strategy.propose()
+        # cuBLAS's 128 x 192 cooperative tile in a cluster of 2 along M, which no cuBLASLt algorithm suggested
+        assert first.candidate.name == config_name(SM90, SM90.like_cublaslt(LtAlgo(-1, 128, 192, 1, "none", 2, 1))[0])
+        assert first.shapes == (shape,)  # the report has no kernel for `other`
+        (tmp_path / "bad.txt").write_bytes(b"  1.00/call  kernel nvjet grid=1x1x1\n")
+        with pytest.raises(tune.TuneInputError, match="--cublas-kernels .*bad.txt: line 1: a kernel before any shape"):
+            tune.Tuner(replace(options, cublas_kernels=tmp_path / "bad.txt"), [shape], store, log, out=lambda line: None)
+        with pytest.raises(tune.TuneInputError, match="--cublas-kernels .*missing.txt"):
+            tune.Tuner(replace(options, cublas_kernels=tmp_path / "missing.txt"), [shape], store, log,
+                       out=lambda line: None)
+
 def test_rerender_takes_a_shapes_fastest_stale_configs_first_up_to_its_cap():
     target = Task(512, 512, 8192)
     search = RerenderSearch((SM90,), random.Random(0), (target,))
@@ -478,6 +503,7 @@ def test_time_budget_stops_the_run(tmp_path):
     ({"strategy": Strategy.NEIGHBOURS, "families": ("sm90_wgmma",), "vary": ("epi_n", "bogus")},
      "--vary bogus: not a parameter"),
     ({"strategy": Strategy.NEIGHBOURS, "vary": ("epi_n",)}, "--vary epi_n: not a parameter"),  # not of `small`
+    ({"cublas_kernels": Path("cublas.txt")}, "--cublas-kernels feeds --strategy cublaslt"),
 ])
 def test_bad_options_are_input_errors(tmp_path, kw, message):
     with pytest.raises(tune.TuneInputError, match=message):
