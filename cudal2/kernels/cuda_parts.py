@@ -8,7 +8,6 @@ parameterised by a config except through the named constants the including sourc
 from __future__ import annotations
 
 import string
-
 import textwrap
 from typing import Any
 

@@ -367,7 +367,7 @@ class Sm90Family:
         (cluster x tile, in output elements) rather than its CTA counts: where the tile grows, the cluster shrinks,
         instead of overhanging the shape (over the store, an overhanging cluster ran a median 1.36x slower than the
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
-        split), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
+        split; each with its reduction launched by PDL, then without), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
         then the no-smem epilogue (shapes with N % 8 != 0 take only the latter); for an N tile that is an odd
         multiple of 16, last the TMA ones with a whole-tile epilogue subtile (epi_n = BN). [] when cuBLASLt left the
         tile open. Tiles in C's terms: a swapped config's BN x BM counts as rows x columns (the unswapped one first on a
@@ -394,9 +394,10 @@ class Sm90Family:
                 scheduler=Scheduler.PERSISTENT, epilogue=Epilogue.TMA, stages=0, swizzle=1, acc=Acc.FP32,
                 swap_ab=swap,
             )
-            # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first, then the stream-K
-            # scheduler's atomic and ordered reductions.
-            decompositions = [replace(base, splits=s) for s in batch_splits] + [
+            # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first (its reduction launched
+            # with PDL, as cuBLAS launches its own, then without), then the stream-K scheduler's atomic and ordered
+            # reductions.
+            decompositions = [replace(base, splits=s, pdl=p) for s in batch_splits for p in (True, False)] + [
                 replace(base, scheduler=Scheduler.STREAMK, splits=splits, reduction=r)
                 for r in (Reduction.ATOMIC, Reduction.ORDERED)] if splits > 1 else [base]
             out = [replace(c, epilogue=e) for c in decompositions for e in Epilogue]

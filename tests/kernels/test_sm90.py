@@ -397,15 +397,17 @@ def test_configs_like_a_cublaslt_algorithm():
     first = likes[0]
     assert (first.bm, first.bn, first.cluster_m, first.cluster_n, first.splits) == (64, 96, 4, 2, 5)
     # 64 rows: pingpong, which has no stream-K scheduler, so split-K as a batch only; at 5 ranges (K % 40 == 0) and
-    # at the nearest power of two, 4, which divides any K the grid has.
-    assert first.schedule is Schedule.PINGPONG and batched_split_k(first)
-    assert [(c.splits, c.epilogue) for c in likes] == [(s, e) for s in (5, 4) for e in Epilogue]
+    # at the nearest power of two, 4, which divides any K the grid has; each with its reduction launched by PDL (as
+    # cuBLAS launches its own), then without.
+    assert first.schedule is Schedule.PINGPONG and batched_split_k(first) and first.pdl
+    assert [(c.splits, c.pdl, c.epilogue) for c in likes] == [
+        (s, p, e) for s in (5, 4) for p in (True, False) for e in Epilogue]
     assert all(FAMILY.prune(c, ARCH) is None for c in likes)
-    # A 128-row tile also takes the stream-K scheduler's atomic, then ordered, reduction.
+    # A 128-row tile also takes the stream-K scheduler's atomic, then ordered, reduction (no PDL: no second kernel).
     wide = FAMILY.like_cublaslt(LtAlgo(66, 128, 96, 4, "fp32 workspace", 2, 2))
-    assert [(c.scheduler, c.reduction) for c in wide[::2]] == [
-        (Scheduler.PERSISTENT, Reduction.ORDERED), (Scheduler.STREAMK, Reduction.ATOMIC),
-        (Scheduler.STREAMK, Reduction.ORDERED)]
+    assert [(c.scheduler, c.reduction, c.pdl) for c in wide[::2]] == [
+        (Scheduler.PERSISTENT, Reduction.ORDERED, True), (Scheduler.PERSISTENT, Reduction.ORDERED, False),
+        (Scheduler.STREAMK, Reduction.ATOMIC, False), (Scheduler.STREAMK, Reduction.ORDERED, False)]
     # Its 32-row tile (on 256x256x12288) with the operands swapped: the kernel's 64 x 32 tile is 32 rows x 64
     # columns of C, and cuBLASLt's 2 CTAs along C's M are 2 along the kernel's N.
     (swapped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
