@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|gap|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|gap|profile|tune|grid|all]   (default all = smoke, tests, bench)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
+#     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel and cuBLAS's on
+#              PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall reasons per kernel)
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -106,6 +108,14 @@ if [[ $what == gap ]]; then  # what a graph node costs in offline timing (benchm
   nvcc -O2 -std=c++17 -arch=sm_90a -o /tmp/cublas_graph benchmarks/cublas_graph.cu -lcublas -lcuda \
     && /tmp/cublas_graph ${CUBLAS_GRAPH_SHAPES:-64x64x64 1024x512x256 1024x1024x128 256x2048x1024 128x128x16384 \
        256x64x16384 256x12288x2048 4096x4096x4096 16384x2048x12288} | tee "$OUT/cublas_graph.txt" || rc=1
+fi
+if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel next to cuBLAS on PROFILE_SHAPES
+  store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
+  [[ -f /tmp/grid.sqlite ]] || gunzip -c "$store" > /tmp/grid.sqlite || rc=1
+  python3 benchmarks/kernel_profile.py --db /tmp/grid.sqlite --out "$OUT/kernel_profile.md" --raw /tmp/profile-raw \
+    --shapes ${PROFILE_SHAPES:-1024x512x256 512x1024x256 256x2048x1024 1024x1024x128 128x4096x256 512x2048x64 \
+      128x128x16384 256x12288x4096 12288x8192x4096 64x64x64 4096x4096x4096} 2>&1 | tee "$OUT/kernel_profile.log" || rc=1
+  tar -czf "$OUT/kernel_profile_raw.tar.gz" -C /tmp/profile-raw . 2>/dev/null
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
