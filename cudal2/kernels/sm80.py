@@ -209,6 +209,12 @@ class Sm80Family:
         return _TEMPLATE.substitute(_values(self, cfg))
 
 
+def _reduces_in_workspace(cfg: Sm80Config) -> bool:
+    """Whether splitk_reduce runs: split-K with the workspace reduction. Only these render its batched loads; the
+    rest keep the one-by-one loop (never run), so their sources stay byte for byte the ones stored."""
+    return cfg.split_k > 1 and cfg.reduce is Reduce.WORKSPACE
+
+
 def _values(family: Sm80Family, cfg: Sm80Config) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
     chunks = cfg.bk // 8
@@ -278,7 +284,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
-    return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": cuda_parts.SPLITK_REDUCE}
+    return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": cuda_parts.splitk_reduce(batched=_reduces_in_workspace(cfg))}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"

@@ -677,7 +677,7 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
             "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
                               "(0 for persistent).",
             "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits,
-                                                         splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl)),
+                                                         splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
             "init_step": "initialize",
             "launch": _BATCHED_LAUNCH.substitute(
                 splits=cfg.splits,

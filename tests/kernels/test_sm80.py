@@ -108,6 +108,18 @@ def test_cluster_reduction_source_and_the_older_configs_unchanged():
     assert "cudaFuncAttributeNonPortableClusterSizeAllowed, 1" in FAMILY.render(SAMPLE[6])
 
 
+def test_only_the_workspace_reduction_renders_batched_loads():
+    """splitk_reduce loads REDUCE_BATCH splits' partials before adding them where it runs; configs that never run it
+    (no split, or the cluster reduction) keep the one-by-one loop they were stored with, byte for byte."""
+    workspace = replace(SAMPLE[4], reduce=Reduce.WORKSPACE)
+    assert workspace.split_k > 1
+    batched = FAMILY.render(workspace)
+    assert "constexpr int REDUCE_BATCH = 8;" in batched and "p[j] = w4[(size_t)(z0 + j) * quads + q];" in batched
+    for kept in (cfg(), SAMPLE[4]):
+        source = FAMILY.render(kept)
+        assert "REDUCE_BATCH" not in source and "const float4 p = w4[(size_t)z * quads + q];" in source
+
+
 def test_cluster_over_the_portable_size_is_valid_on_sm90a_only():
     assert FAMILY.prune(SAMPLE[6], "sm_90a") is None
     assert "needs thread-block clusters" in FAMILY.prune(SAMPLE[6], "sm_80")

@@ -238,7 +238,8 @@ def test_split_k_as_a_batch_renders_partials_and_their_reduction():
                   "{{}, nullptr, stride_d, partials, stride_d},", "make_arguments(A, B, static_cast<float*>(workspace)",
                   "splitk_reduce(const float* __restrict__ ws", "MN, 6, vec4);", "if (K % (8 * 6) != 0) return 1;",
                   "return cudal2_sm90::split_workspace_bytes(M, N, K);", "split-K 6 as a batch, summed by splitk_reduce",
-                  "PersistentScheduler", "-> fp32 -> swizzled shared memory -> TMA store into the workspace"):
+                  "PersistentScheduler", "-> fp32 -> swizzled shared memory -> TMA store into the workspace",
+                  "constexpr int REDUCE_BATCH = 8;"):
         assert piece in src, piece
     assert "args.scheduler.splits" not in src and "$" not in src and check_source(src) == []
     nosmem = FAMILY.render(cfg(splits=4, epilogue=Epilogue.NOSMEM))
