@@ -284,7 +284,8 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
-    return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": cuda_parts.splitk_reduce(batched=_reduces_in_workspace(cfg))}
+    reduce = cuda_parts.splitk_reduce(batched=_reduces_in_workspace(cfg))
+    return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"

@@ -676,8 +676,8 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
         return {
             "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
                               "(0 for persistent).",
-            "flag_clearing": _BATCHED_HELPERS.substitute(splits=cfg.splits,
-                                                         splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
+            "flag_clearing": _BATCHED_HELPERS.substitute(
+                splits=cfg.splits, splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
             "init_step": "initialize",
             "launch": _BATCHED_LAUNCH.substitute(
                 splits=cfg.splits,
