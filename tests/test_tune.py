@@ -16,9 +16,16 @@ from pathlib import Path
 import pytest
 
 from cudal2 import tune, tune_search
+from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import Tiling, config_name, config_params
-from cudal2.kernels.sm80 import Sm80Family
-from cudal2.kernels.sm90 import EXTENDED_GMMA_DEFINE, EXTENDED_GMMA_GAIN, Sm90Family, extended_gmma
+from cudal2.kernels.sm80 import Reduce, Sm80Family
+from cudal2.kernels.sm90 import (
+    EXTENDED_GMMA_DEFINE,
+    EXTENDED_GMMA_GAIN,
+    Sm90Family,
+    batched_split_k,
+    extended_gmma,
+)
 from cudal2.kernels.small import SmallFamily
 from cudal2.sandbox.evaluator import source_hash
 from cudal2.sandbox.harness_build import find_cublas
@@ -767,23 +774,30 @@ def test_transfer_leave_one_out_on_the_committed_h200_store(tmp_path):
 
 def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_path):
     """A family change (e.g. a parameter added later, `ADDED_LATER`) must leave every stored config's source as it
-    was measured: otherwise resumption, transfer and fill lose the store's results. The two deliberate exceptions:
+    was measured: otherwise resumption, transfer and fill lose the store's results. The deliberate exceptions:
     sm90 stream-K sources as measured before commit b946c64, which cleared their flags through CUTLASS's
-    initialize() (a memset node), and sm90 tiles whose N needs CuTe's extended wgmma shapes, as measured before they
-    had them (several narrower wgmmas per K step); `tune --strategy rerender` measures their new renders."""
+    initialize() (a memset node); sm90 tiles whose N needs CuTe's extended wgmma shapes, as measured before they
+    had them (several narrower wgmmas per K step); and split-K sources whose splitk_reduce runs (sm90 as a batch,
+    sm80 through the workspace) as measured before e360e52, which added one split's partial at a time.
+    `tune --strategy rerender` measures their new renders."""
     db = _benchmark("wave_model_check").open_db(COMMITTED_STORE, tmp_path)
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT t.source_hash, t.family, t.params_json, s.source FROM tune_configs t"
                             " JOIN sources s USING (source_hash)").fetchall()
     families = {f.name: f for f in tune.FAMILIES}
     assert len(rows) > 300
-    rerendered = {"streamk": 0, "extended": 0}
+    rerendered = {"streamk": 0, "extended": 0, "reduce": 0}
     for stored_hash, family, params, stored_source in rows:
         f = families[family]
         cfg = f.make(json.loads(params))
         today = f.render(cfg)
         if source_hash(today) == stored_hash:
             continue
+        if (older := _one_by_one_reduce(family, cfg, today)) is not None:
+            rerendered["reduce"] += 1
+            if source_hash(older) == stored_hash:
+                continue
+            today = older
         assert family == SM90.name, (family, params)
         if extended_gmma(cfg):  # measured before the define: today's source is the stored one plus the define
             today = today.replace(EXTENDED_GMMA_DEFINE, "", 1)
@@ -793,4 +807,17 @@ def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_pa
         assert cfg.scheduler.value == "streamk", params
         assert "gemm.initialize(args, workspace, stream)" in stored_source and "clear_flags" in today
         rerendered["streamk"] += 1
-    assert rerendered["streamk"] > 0 and rerendered["extended"] > 0
+    assert rerendered["streamk"] > 0 and rerendered["extended"] > 0 and rerendered["reduce"] > 0
+
+
+def _one_by_one_reduce(family: str, cfg, today: str) -> str | None:
+    """Today's source with splitk_reduce's batched loads put back to the one-by-one loop, for the configs that run
+    it (None for the others, whose render never changed)."""
+    runs = batched_split_k(cfg) if family == SM90.name else (family == "sm80_mma" and cfg.split_k > 1
+                                                              and cfg.reduce is Reduce.WORKSPACE)
+    if not runs:
+        return None
+    wait = getattr(cfg, "pdl", False)
+    batched, older = (cuda_parts.splitk_reduce(wait=wait, batched=b) for b in (True, False))
+    assert batched in today
+    return today.replace(batched, older, 1)

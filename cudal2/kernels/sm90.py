@@ -10,7 +10,8 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               48, 80, 112, 144, 160 or 176: its standard ones alone split such a tile into several narrow wgmmas)
     kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
-              different tiles, alternating mainloop and epilogue
+              different tiles, alternating mainloop and epilogue, or KernelTmaWarpSpecialized (`basic`): one
+              consumer warpgroup, one tile per CTA, a grid of all the tiles (not persistent)
     schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
               (cooperative only: K-splits of the tail tiles across SMs, reduced in the workspace in order, or with
               atomics under reduction=atomic);
@@ -86,6 +87,11 @@ THREADS_PER_WARPGROUP = 128
 class Schedule(str, Enum):
     COOPERATIVE = "cooperative"  # 2 consumer warpgroups share one tile (BM split), needs BM >= 128
     PINGPONG = "pingpong"  # 2 consumer warpgroups on alternate tiles, one's epilogue hides under the other's MMAs
+    # 1 consumer warpgroup, one tile per CTA, grid = the tiles (CUTLASS's KernelTmaWarpSpecialized): no persistent
+    # loop, tile scheduler or register hand-over. On one-tile-per-CTA shapes CUTLASS's persistent kernels issue
+    # 20-40% more instructions than cuBLAS's kernel of the same tile and grid (Nsight Compute, RESULTS sixteenth
+    # session); this is the leanest CUTLASS kernel for them. Its `scheduler` stays persistent: the tag CUTLASS takes.
+    BASIC = "basic"
 
 
 class Scheduler(str, Enum):
@@ -289,6 +295,17 @@ def acc_regs(cfg: Sm90Config) -> int:
     return per_thread if cfg.acc is Acc.FP32 else per_thread // 2
 
 
+def _basic_problem(cfg: Sm90Config) -> str | None:
+    """Why a `basic` (one tile per CTA) config is not one: it has no tile scheduler to swizzle, force a raster order
+    or run stream-K (the persistent tag is what CUTLASS's kernel takes), so those fields must stay at their defaults
+    rather than name configs that render the same kernel."""
+    if cfg.scheduler is not Scheduler.PERSISTENT:
+        return "the basic kernel takes no stream-K scheduler (static_assert): one CTA per tile, scheduler=persistent"
+    if cfg.swizzle != 1 or cfg.raster is not Raster.HEURISTIC:
+        return "the basic kernel launches one CTA per tile in grid order: no swizzle or raster order to choose"
+    return None
+
+
 def _nearest(values: tuple[int, ...], x: float) -> int:
     """The value of `values` closest to x in log2 (ties: the smaller)."""
     return min(values, key=lambda v: (abs(math.log2(v / x)), v))
@@ -340,6 +357,8 @@ class Sm90Family:
             return f"cooperative splits BM across 2 consumer warpgroups of 64 rows: needs BM >= 128, got {cfg.bm}"
         if cfg.schedule is Schedule.PINGPONG and cfg.scheduler is Scheduler.STREAMK:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
+        if cfg.schedule is Schedule.BASIC and (why := _basic_problem(cfg)) is not None:
+            return why
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
                     f"portable {MAX_CLUSTER_CTAS}")
@@ -456,7 +475,9 @@ FAMILY = Sm90Family()
 
 def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     coop = cfg.schedule is Schedule.COOPERATIVE
-    kernel = "KernelTmaWarpSpecializedCooperative" if coop else "KernelTmaWarpSpecializedPingpong"
+    kernel = {Schedule.COOPERATIVE: "KernelTmaWarpSpecializedCooperative",
+              Schedule.PINGPONG: "KernelTmaWarpSpecializedPingpong",
+              Schedule.BASIC: "KernelTmaWarpSpecialized"}[cfg.schedule]
     if cfg.epilogue is Epilogue.TMA:
         epilogue = "TmaWarpSpecializedCooperative" if coop else "TmaWarpSpecialized"
     else:
@@ -498,6 +519,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                               "registers to them (setmaxnreg).",
         Schedule.PINGPONG: "Two consumer warpgroups run wgmma (operands from shared memory) on alternate tiles: "
                            "while one\n//     stores its tile (epilogue), the other computes the next one.",
+        Schedule.BASIC: "One consumer warpgroup runs wgmma (operands from shared memory) on the CTA's one tile, then "
+                        "stores it;\n//     the producer warp's TMA loads run ahead of it through the stage pipeline.",
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
                               "swizzled order." if not batched else
                               f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of "
@@ -514,6 +537,12 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
                          "C (beta * C) is void: never read.",
     }
+    if cfg.schedule is Schedule.BASIC:  # the persistent tag, but no persistent loop: one CTA per tile
+        design[Scheduler.PERSISTENT] = (
+            "Not persistent: one CTA per output tile (grid = the tiles, in launch order), no tile scheduler loop." +
+            (f"\n//     Split-K as a batch: grid.z is the K range l of {cfg.splits}; each tile writes its fp32 "
+             "partial to slice l of the\n//     workspace; splitk_reduce sums the slices in order into C "
+             "(deterministic)." if batched else ""))
     if batched:  # the epilogue stores fp32 partials into the workspace, not half C
         design[Epilogue.TMA] = ("Epilogue: accumulators -> fp32 -> swizzled shared memory -> TMA store into the "
                                 "workspace (clipped at M, N). C (beta * C) is void: never read.")
@@ -533,7 +562,9 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "stages_est": str(pipeline_stages(cfg)), "smem_est": str(smem_bytes(cfg)),
         "swizzle": str(cfg.swizzle), "acc": cfg.acc.value,
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
-        "kernel": kernel, "epilogue": epilogue, "stage_count": stages, "tile_scheduler": scheduler,
+        "kernel": kernel, "epilogue": epilogue, "stage_count": stages,
+        "tile_scheduler": scheduler,
+        "scheduler_tag_note": ": only the tag, one CTA per tile" if cfg.schedule is Schedule.BASIC else "",
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
         "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg),
         "align_d": align_d, "element_d": d_type,
@@ -742,7 +773,7 @@ _HEADER = string.Template(r"""// $name
 // Config
 //   tile BM x BN x BK  = $bm x $bn x $bk        cluster = ${cm}x${cn}x1 (CTAs along M x N)
 //   kernel schedule    = $schedule ($kernel)
-//   tile scheduler     = $scheduler_name ($tile_scheduler), rasterisation swizzle $swizzle$raster_note, split-K $splits$reduction_note
+//   tile scheduler     = $scheduler_name ($tile_scheduler$scheduler_tag_note), rasterisation swizzle $swizzle$raster_note, split-K $splits$reduction_note
 //   epilogue           = $epilogue_name ($epilogue)
 //   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
 //

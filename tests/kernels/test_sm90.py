@@ -32,6 +32,7 @@ from cudal2.kernels.sm90 import (
     acc_regs,
     batched_split_k,
     d_bytes,
+    epilogue_rows,
     pipeline_stages,
     probe_source,
     smem_bytes,
@@ -93,7 +94,7 @@ def test_make_converts_strings_to_enums_and_round_trips():
     [
         ({**vars(DEFAULT), "warps": 4}, "unknown parameter 'warps'"),
         ({**vars(DEFAULT), "bm": 96}, "bm=96 is not one of"),
-        ({**vars(DEFAULT), "schedule": "basic"}, "schedule='basic' is not one of"),
+        ({**vars(DEFAULT), "schedule": "streamk"}, "schedule='streamk' is not one of"),
         ({**vars(DEFAULT), "stages": 1}, "stages=1 is not one of"),
         ({k: v for k, v in vars(DEFAULT).items() if k != "swizzle"}, "missing parameter(s): swizzle"),
     ],
@@ -136,6 +137,10 @@ def test_config_names_are_distinct_and_stable():
         (cfg(epilogue=Epilogue.NOSMEM, epi_n=128), "the no-smem epilogue stores from registers"),
         (cfg(pdl=True), "only split-K as a batch"),
         (cfg(scheduler=Scheduler.STREAMK, splits=8, pdl=True), "only split-K as a batch"),
+        (cfg(schedule=Schedule.BASIC, scheduler=Scheduler.STREAMK, bn=128), "takes no stream-K scheduler"),
+        (cfg(schedule=Schedule.BASIC, bn=128, swizzle=2), "no swizzle or raster order"),
+        (cfg(schedule=Schedule.BASIC, bn=128, raster=Raster.ALONG_N), "no swizzle or raster order"),
+        (cfg(schedule=Schedule.BASIC, bm=128, bn=256), "256 accumulator registers"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -160,6 +165,8 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert smem_bytes(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
             assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
             assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
+            assert not (c.schedule is Schedule.BASIC and (c.scheduler, c.swizzle, c.raster) !=
+                        (Scheduler.PERSISTENT, 1, Raster.HEURISTIC))
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
@@ -228,6 +235,23 @@ def test_render_maps_every_choice_into_the_source():
     atomic = FAMILY.render(cfg(scheduler=Scheduler.STREAMK, splits=8, reduction=Reduction.ATOMIC))
     assert "ReductionMode::Nondeterministic;" in atomic and "atomic (nondeterministic) reduction" in atomic
     assert check_source(src) == [] and check_source(split) == [] and check_source(atomic) == []
+
+
+def test_basic_schedule_renders_one_tile_per_cta():
+    """schedule=basic: CUTLASS's non-persistent KernelTmaWarpSpecialized, one consumer warpgroup, the persistent tag
+    (the only scheduler it takes); with split-K as a batch grid.z runs the K ranges."""
+    basic = cfg(bm=64, bn=64, cluster_n=1, schedule=Schedule.BASIC)
+    assert FAMILY.prune(basic, ARCH) is None and acc_regs(basic) == 32 and epilogue_rows(basic) == 64
+    src = FAMILY.render(basic)
+    for piece in ("cutlass::gemm::KernelTmaWarpSpecialized>::CollectiveOp;", "kernel schedule    = basic",
+                  "PersistentScheduler: only the tag, one CTA per tile", "Not persistent: one CTA per output tile",
+                  "One consumer warpgroup runs wgmma", "cutlass::epilogue::TmaWarpSpecialized>::CollectiveOp;"):
+        assert piece in src, piece
+    assert "KernelTmaWarpSpecializedPingpong" not in src and "$" not in src and check_source(src) == []
+    split = FAMILY.render(replace(basic, splits=4, pdl=True))
+    assert "grid.z is the K range l of 4" in split and "cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce" in split
+    # Adding the value renamed nothing: the other schedules' configs keep their names and sources.
+    assert config_name(FAMILY, cfg(bm=64, schedule=Schedule.PINGPONG)).count("schedulepingpong") == 1
 
 
 def test_split_k_as_a_batch_renders_partials_and_their_reduction():
@@ -481,6 +505,8 @@ COMPILE_SAMPLE = [
     # Operands swapped: half D column-major through the TMA store; and fp32 partials column-major, split as a batch.
     cfg(bm=128, bn=96, cluster_m=1, cluster_n=2, swap_ab=True),
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, swap_ab=True),
+    # One tile per CTA (not persistent), split as a batch with its reduction launched by PDL.
+    cfg(bm=64, bn=64, schedule=Schedule.BASIC, cluster_m=1, cluster_n=2, splits=4, pdl=True),
 ]
 
 
@@ -531,6 +557,8 @@ PROBE_SAMPLE = [
     cfg(bm=128, bn=48, cluster_m=2, cluster_n=4, swap_ab=True),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),
     cfg(bm=64, bn=112, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4),
+    # One tile per CTA: no scheduler or order-barrier storage, so the model's overhead is an overestimate there.
+    cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=1),
     # Explicit epilogue subtiles (epi_n): one buffer when a single subtile covers the tile, two otherwise.
     cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
     cfg(bm=128, bn=128, cluster_n=1, epi_n=64),
@@ -585,6 +613,10 @@ GPU_SAMPLE = [
     cfg(bm=64, bn=176, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=4),
     cfg(bm=128, bn=80, cluster_n=1, splits=4),
     cfg(bm=64, bn=16, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
+    # One tile per CTA (not persistent): 64 rows in a 1x2 cluster; 128 rows (one warpgroup, two wgmma rows) split
+    # as a batch with PDL.
+    cfg(bm=64, bn=64, schedule=Schedule.BASIC, cluster_m=1, cluster_n=2),
+    cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=1, splits=4, pdl=True, epilogue=Epilogue.NOSMEM),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),  # cuBLASLt's 128x144
     # Explicit epilogue subtiles: a whole 128x176 tile at once, and 96 columns of fp32 partials, operands swapped.
     cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
