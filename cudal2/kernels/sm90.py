@@ -388,7 +388,8 @@ class Sm90Family:
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
         split; each with its reduction launched by PDL, then without), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
         then the no-smem epilogue (shapes with N % 8 != 0 take only the latter); for an N tile that is an odd
-        multiple of 16, last the TMA ones with a whole-tile epilogue subtile (epi_n = BN). [] when cuBLASLt left the
+        multiple of 16, then the TMA ones with a whole-tile epilogue subtile (epi_n = BN); last all of these that
+        are persistent again as `basic` (one tile per CTA) where that is valid. [] when cuBLASLt left the
         tile open. Tiles in C's terms: a swapped config's BN x BM counts as rows x columns (the unswapped one first on a
         tie), so cuBLASLt's 32- and 96-row tiles are followed with the operands swapped."""
         if not (lt.tile_m and lt.tile_n):
@@ -425,6 +426,9 @@ class Sm90Family:
             # cuBLASLt's own tiles of those widths need not store that way, so last the TMA configs again with the
             # whole tile width as one subtile (epi_n = BN; prune() refuses it for BN = 16, CUTLASS's own subtile).
             out += [replace(c, epi_n=c.bn) for c in out if c.epilogue is Epilogue.TMA and auto_epilogue_columns(c) == 16]
+            # Last, the same with one tile per CTA (`basic`): cuBLAS's nvjet kernels launch a grid of the tiles, not
+            # one persistent CTA per SM (benchmarks/cublas_kernels_h200.txt); the stream-K ones have no such twin.
+            out += [replace(c, schedule=Schedule.BASIC) for c in out if c.scheduler is Scheduler.PERSISTENT]
             if valid := [c for c in out if self.prune(c, ARCH) is None]:
                 return valid
         return []

@@ -425,14 +425,22 @@ def test_configs_like_a_cublaslt_algorithm():
     # at the nearest power of two, 4, which divides any K the grid has; each with its reduction launched by PDL (as
     # cuBLAS launches its own), then without.
     assert first.schedule is Schedule.PINGPONG and batched_split_k(first) and first.pdl
-    assert [(c.splits, c.pdl, c.epilogue) for c in likes] == [
-        (s, p, e) for s in (5, 4) for p in (True, False) for e in Epilogue]
+    # Then all of them again with one tile per CTA (basic), as nvjet launches its tiles.
+    assert [(c.splits, c.pdl, c.epilogue, c.schedule) for c in likes] == [
+        (s, p, e, schedule) for schedule in (Schedule.PINGPONG, Schedule.BASIC)
+        for s in (5, 4) for p in (True, False) for e in Epilogue]
+    assert likes[8:] == [replace(c, schedule=Schedule.BASIC) for c in likes[:8]]
     assert all(FAMILY.prune(c, ARCH) is None for c in likes)
     # A 128-row tile also takes the stream-K scheduler's atomic, then ordered, reduction (no PDL: no second kernel).
     wide = FAMILY.like_cublaslt(LtAlgo(66, 128, 96, 4, "fp32 workspace", 2, 2))
-    assert [(c.scheduler, c.reduction, c.pdl) for c in wide[::2]] == [
-        (Scheduler.PERSISTENT, Reduction.ORDERED, True), (Scheduler.PERSISTENT, Reduction.ORDERED, False),
-        (Scheduler.STREAMK, Reduction.ATOMIC, False), (Scheduler.STREAMK, Reduction.ORDERED, False)]
+    # Their basic twins: the split-K-as-a-batch ones only (the basic kernel has no stream-K scheduler).
+    assert [(c.scheduler, c.reduction, c.pdl, c.schedule) for c in wide[::2]] == [
+        (Scheduler.PERSISTENT, Reduction.ORDERED, True, Schedule.COOPERATIVE),
+        (Scheduler.PERSISTENT, Reduction.ORDERED, False, Schedule.COOPERATIVE),
+        (Scheduler.STREAMK, Reduction.ATOMIC, False, Schedule.COOPERATIVE),
+        (Scheduler.STREAMK, Reduction.ORDERED, False, Schedule.COOPERATIVE),
+        (Scheduler.PERSISTENT, Reduction.ORDERED, True, Schedule.BASIC),
+        (Scheduler.PERSISTENT, Reduction.ORDERED, False, Schedule.BASIC)]
     # Its 32-row tile (on 256x256x12288) with the operands swapped: the kernel's 64 x 32 tile is 32 rows x 64
     # columns of C, and cuBLASLt's 2 CTAs along C's M are 2 along the kernel's N.
     (swapped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
@@ -454,7 +462,8 @@ def test_configs_like_a_cublaslt_algorithm():
     assert (n176.bm, n176.bn, n176.cluster_m, n176.cluster_n, n176.schedule) == (64, 176, 2, 4, Schedule.PINGPONG)
     # 176 is an odd multiple of 16 (CUTLASS stores it in 16-column subtiles): after the TMA and no-smem configs,
     # the TMA one again with the whole tile as one subtile. 64x96 above (32-column subtiles) has no such variant.
-    assert [(c.epilogue, c.epi_n) for c in n176_all] == [(Epilogue.TMA, 0), (Epilogue.NOSMEM, 0), (Epilogue.TMA, 176)]
+    assert [(c.epilogue, c.epi_n) for c in n176_all] == [(Epilogue.TMA, 0), (Epilogue.NOSMEM, 0), (Epilogue.TMA, 176)] * 2
+    assert [c.schedule for c in n176_all] == [Schedule.PINGPONG] * 3 + [Schedule.BASIC] * 3
     assert n176_all[2] == replace(n176_all[0], epi_n=176)
     (n144, *_) = FAMILY.like_cublaslt(LtAlgo(66, 128, 144, 1, "none", 2, 1))
     assert (n144.bm, n144.bn, n144.cluster_m, n144.cluster_n, n144.swap_ab) == (128, 144, 2, 1, False)
