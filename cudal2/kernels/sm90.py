@@ -284,8 +284,12 @@ def pipeline_stages(cfg: Sm90Config) -> int:
 
 
 def smem_bytes(cfg: Sm90Config) -> int:
-    """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on)."""
-    return pipeline_stages(cfg) * stage_bytes(cfg) + epilogue_smem_bytes(cfg) + KERNEL_SMEM_OVERHEAD
+    """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on). The basic kernel keeps
+    the mainloop's and the epilogue's buffers in one union (its one tile's epilogue runs after its mainloop), the
+    persistent ones side by side."""
+    mainloop, epilogue = pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)
+    tensors = max(mainloop, epilogue) if cfg.schedule is Schedule.BASIC else mainloop + epilogue
+    return tensors + KERNEL_SMEM_OVERHEAD
 
 
 def acc_regs(cfg: Sm90Config) -> int:
