@@ -81,6 +81,9 @@ def parse_ncu_csv(text: str) -> list[KernelRow]:
         return []
     header, body = table[0], [r for r in table[1:] if r and r[0].strip().isdigit()]  # skip the units row
     col = {name: i for i, name in enumerate(header)}
+    if "Stream" not in col or "Kernel Name" not in col:
+        raise ValueError("ncu's CSV has no Stream or Kernel Name column (not `--page raw`?)")
+    stall_cols = [(m.group(1), i) for h, i in col.items() if (m := STALL.fullmatch(h))]
     streams: list[str] = []
     rows = []
     for r in body:
@@ -88,9 +91,8 @@ def parse_ncu_csv(text: str) -> list[KernelRow]:
         if stream not in streams:
             streams.append(stream)
         metrics = {m: v for m in METRICS if m in col and (v := _number(r[col[m]])) is not None}
-        stalls = [(STALL.fullmatch(h).group(1), v) for h, i in col.items()
-                  if STALL.fullmatch(h) and (v := _number(r[i])) is not None]
-        stalls.sort(key=lambda kv: -kv[1])
+        stalls = sorted(((reason, v) for reason, i in stall_cols if (v := _number(r[i])) is not None),
+                        key=lambda kv: -kv[1])
         caller = "candidate" if stream == streams[0] else "cublas"
         rows.append(KernelRow(caller, r[col["Kernel Name"]], metrics, tuple(stalls)))
     return rows
@@ -188,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.raw:
             Path(args.raw).mkdir(parents=True, exist_ok=True)
             (Path(args.raw) / f"{text}.csv").write_text(raw)
-        rows = parse_ncu_csv(raw)
+        try:
+            rows = parse_ncu_csv(raw)
+        except ValueError as e:
+            print(f"{text}: {e}", file=sys.stderr)
+            continue
         table += kernel_table(text, rows, args.top)
         first_line = sources[text].lstrip().split("\n", 1)[0].lstrip("/ ")
         ours, theirs = result.timings["candidate"].median_us, result.timings["cublas"].median_us

@@ -56,6 +56,11 @@ def test_output_without_a_table_gives_no_rows():
     assert kernel_profile.parse_ncu_csv("==PROF== No kernels were profiled.\n") == []
 
 
+def test_a_csv_of_another_page_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="no Stream or Kernel Name column"):
+        kernel_profile.parse_ncu_csv('"Section Name","Metric Name"\n"SOL","Duration"\n"0","x"\n')
+
+
 def test_a_malformed_shape_is_one_line():
     with pytest.raises(SystemExit, match="expected MxNxK"):
         kernel_profile.parse_shape("1024x512")
