@@ -121,7 +121,7 @@ def _add_tune_parser(sub) -> None:
                     "store's winners re-cut (tile, split-K, scheduler) to fill the SMs, ranked by a wave model; neighbours: "
                     "every one-parameter change of each shape's fastest stored config; cublaslt: the configs nearest to the "
                     "cuBLASLt algorithm autotuned on each shape; rerender: today's source of configs stored from older "
-                    "code")
+                    "code; model: the configs a cost model fitted on the store predicts fastest on each shape")
     tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
     tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
     tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")
@@ -134,7 +134,7 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--show", action="store_true", help="print the best stored kernel per shape and exit")
     tu.add_argument("--worst", type=int, default=0, help="tune only the N shapes of the set where the best stored "
                     "kernel is slowest vs cuBLAS on this GPU (none yet: first)")
-    tu.add_argument("--sms", type=int, default=0, help="SM count for --strategy fill (default: the GPU's)")
+    tu.add_argument("--sms", type=int, default=0, help="SM count for --strategy fill and model (default: the GPU's)")
     tu.add_argument("--plan-as", default=None, metavar="GPU", help="with --compile-only: plan as a run on this "
                     "stored GPU would (label or unique part, e.g. h200: --worst, warm start, cuBLASLt algorithms), to "
                     "fill a compile cache for it on a CPU machine")

@@ -54,7 +54,7 @@ from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
 from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
 from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
-from cudal2.tune_search import Candidate, Proposal, Strategy, make_strategy
+from cudal2.tune_search import MODEL_MIN_RESULTS, Candidate, Proposal, Strategy, make_strategy
 
 # sm90 first: on an H200 it is the family that can beat cuBLAS on large shapes; prune() drops it on other archs.
 FAMILIES: tuple[KernelFamily, ...] = (Sm90Family(), Sm80Family(), SmallFamily())
@@ -268,6 +268,10 @@ class Tuner:
                             gpu_queue=max(2, workers), db_path=str(self.store.path), eval=self._eval_options())
         if self.label is not None:
             self.summary.warm_start = self._warm_start()
+        if self.options.strategy is Strategy.MODEL and self.summary.warm_start < MODEL_MIN_RESULTS:
+            raise TuneInputError(f"--strategy model learns from the store's results on this GPU: it found "
+                                 f"{self.summary.warm_start} of these families (needs {MODEL_MIN_RESULTS}; without a "
+                                 "GPU, name a stored one with --plan-as); run another strategy first")
         pool = SandboxPool(config, self.runner)
         try:
             self._loop(pool, max_inflight=workers + 2)

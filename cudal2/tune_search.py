@@ -39,6 +39,13 @@
                   family's `rerender_gain` (1 where a change only shaves a constant; sm90's tiles that gained
                   one wide wgmma per K step may run up to 1.8x faster). Configs whose render is unchanged are
                   never proposed: the store already answers them.
+    model         no search: a cost model (cudal2.cost_model: gradient-boosted trees on the configs' parameters, the
+                  shapes and how each cut fits them) learns ln(time) from every result the store holds on this GPU,
+                  then ranks, for each target shape, the configs measured on its MODEL_NEAREST nearest measured shapes
+                  and every one-parameter change of its fastest config, none measured there yet; the MODEL_PER_SHAPE
+                  predicted fastest are proposed, if predicted within MODEL_MAX_RATIO of the shape's fastest stored
+                  time (a shape where nothing is predicted to win gets none). It learns what transfer copies and
+                  neighbours enumerates, and spends the compiles where a win is predicted.
 
 Strategies see configs only through the family interface (cudal2/kernels/family.py): space(), default(), make().
 Proposals may repeat or be invalid; the tuner skips repeats and prunes invalid ones before compiling. Every random
@@ -56,6 +63,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
+from cudal2.cost_model import ConfigFeatures, GradientBoostedTrees
 from cudal2.kernels.family import KernelFamily, Tiling, config_name, config_params
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Task
@@ -82,6 +92,15 @@ FILL_FAMILY_GAP = 1.25
 # benchmarks/graph_gap.cu) saves at most ~1.7 us per call.
 RERENDER_WITHIN_US = 2.0
 RERENDER_PER_SHAPE = 8
+# model: each target gets the MODEL_PER_SHAPE configs the cost model predicts fastest among those measured on its
+# MODEL_NEAREST nearest measured shapes and the one-parameter changes of its fastest config, if predicted at most
+# MODEL_MAX_RATIO times its fastest stored time. 2 picks: on held-out shapes the model's top 2 held a config within 3%
+# of the best measured one on 79% of shapes (benchmarks/cost_model_check.py). 1.02: its median error on held-out
+# results is 4% (p90 15%), so a config predicted a little slower than the incumbent may well beat it.
+MODEL_PER_SHAPE = 2
+MODEL_NEAREST = 12
+MODEL_MAX_RATIO = 1.02
+MODEL_MIN_RESULTS = 200  # fewer results than this teach the model nothing worth a compile
 
 
 class Strategy(str, Enum):
@@ -92,11 +111,12 @@ class Strategy(str, Enum):
     RERENDER = "rerender"
     NEIGHBOURS = "neighbours"
     CUBLASLT = "cublaslt"
+    MODEL = "model"
 
     @property
     def plans_from_store(self) -> bool:
         """Plans once from every shape the store holds (the tuner's warm start feeds it all of them)."""
-        return self in (Strategy.TRANSFER, Strategy.FILL)
+        return self in (Strategy.TRANSFER, Strategy.FILL, Strategy.MODEL)
 
     @property
     def reads_cublaslt_algos(self) -> bool:
@@ -246,7 +266,7 @@ class TransferSearch(PlannedSearch):
     def _pick(self, picks: _Picks) -> None:
         tuned = sorted(self.elites, key=lambda t: (t.m, t.n, t.k, t.acc.value))
         for target in self.targets:
-            near = sorted((t for t in tuned if t.acc is target.acc), key=lambda t: (_log_distance(t, target),
+            near = sorted((t for t in tuned if t.acc is target.acc), key=lambda t: (log_distance(t, target),
                                                                                      t.m, t.n, t.k))
             lenders = 0
             for tuned_shape in near[:MAX_NEIGHBOURS_SCANNED]:
@@ -404,26 +424,28 @@ class NeighboursSearch(_FreshPlan):
                 continue  # nothing measured there: no incumbent to step from (transfer or fill give it one)
             incumbent = self.elites[target][0][1]
             if incumbent.name not in neighbours:
-                neighbours[incumbent.name] = self._neighbours(incumbent)
+                neighbours[incumbent.name] = one_step(incumbent, self.arch, self.vary)
             for cand in neighbours[incumbent.name]:
                 if self._fresh(cand, target):
                     picks.add(cand, 0, target)
 
-    def _neighbours(self, parent: Candidate) -> list[Candidate]:
-        """The configs that differ from `parent` in one parameter and survive prune() on this arch."""
-        family, space = parent.family, parent.family.space()
-        params = config_params(parent.cfg)
-        out = []
-        for name, values in space.items():
-            if self.vary and name not in self.vary:
+
+def one_step(parent: Candidate, arch: str, vary: tuple[str, ...] = ()) -> list[Candidate]:
+    """The configs that differ from `parent` in one parameter (one of `vary`; () = any) and survive prune() on
+    `arch`."""
+    family, space = parent.family, parent.family.space()
+    params = config_params(parent.cfg)
+    out = []
+    for name, values in space.items():
+        if vary and name not in vary:
+            continue
+        for value in values:
+            if value == params[name]:
                 continue
-            for value in values:
-                if value == params[name]:
-                    continue
-                cfg = family.make({**params, name: value})
-                if family.prune(cfg, self.arch) is None:
-                    out.append(Candidate(family, cfg))
-        return out
+            cfg = family.make({**params, name: value})
+            if family.prune(cfg, arch) is None:
+                out.append(Candidate(family, cfg))
+    return out
 
 
 class CublasLtSearch(_FreshPlan):
@@ -445,6 +467,65 @@ class CublasLtSearch(_FreshPlan):
                         if self._fresh(cand, target):
                             picks.add(cand, rank, target)
 
+
+
+class ModelSearch(_FreshPlan):
+    """The configs the learned cost model predicts fastest on each target (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...], arch: str,
+                 sms: int):
+        super().__init__(families, rng, targets)
+        self.arch, self.sms = arch, sms
+        self._times: dict[tuple[Task, str], tuple[Candidate, float]] = {}  # fastest observed, microseconds
+        # After planning: each target's picks with their predicted microseconds, first pick first.
+        self.forecast: dict[Task, list[tuple[Candidate, float]]] = {}
+
+    def observe(self, candidate: Candidate, task: Task, median_us: float) -> None:
+        super().observe(candidate, task, median_us)
+        kept = self._times.get((task, candidate.name))
+        if kept is None or median_us < kept[1]:
+            self._times[(task, candidate.name)] = (candidate, median_us)
+
+    def _pick(self, picks: _Picks) -> None:
+        if len(self._times) < MODEL_MIN_RESULTS:
+            return  # nothing to learn from: the tuner refuses such a run before it starts (tune.Tuner.run)
+        features = ConfigFeatures(self.families, lambda t, task: estimate_us(t, task, self.sms), self.sms)
+        measured = list(self._times.values())
+        model = GradientBoostedTrees().fit(features.matrix([(c, task) for (task, _), (c, _) in self._times.items()]),
+                                           np.log([us for _, us in measured]))
+        by_shape: dict[Task, list[Candidate]] = {}
+        for (task, _), (cand, _) in self._times.items():
+            by_shape.setdefault(task, []).append(cand)
+        valid: dict[str, bool] = {}  # config name -> survives prune() on this arch
+        pools = [(target, self._pool(target, by_shape, valid)) for target in self.targets]
+        pairs = [(cand, target) for target, pool in pools for cand in pool]
+        predicted = np.exp(model.predict(features.matrix(pairs))).tolist() if pairs else []
+        start = 0
+        for target, pool in pools:
+            best = self.elites[target][0][0] if target in self.elites else math.inf
+            mine, start = predicted[start:start + len(pool)], start + len(pool)
+            ranked = sorted(((us, cand.name, cand) for cand, us in zip(pool, mine, strict=True)), key=lambda e: e[:2])
+            hopeful = [(cand, us) for us, _, cand in ranked if us <= best * MODEL_MAX_RATIO][:MODEL_PER_SHAPE]
+            self.forecast[target] = hopeful
+            for rank, (cand, _) in enumerate(hopeful):
+                picks.add(cand, rank, target)
+
+    def _pool(self, target: Task, by_shape: dict[Task, list[Candidate]], valid: dict[str, bool]) -> list[Candidate]:
+        """What the model ranks for `target`: every config measured on its MODEL_NEAREST nearest measured shapes
+        (`by_shape`) and every one-parameter change of its fastest stored config, none measured on it yet, each
+        once. `valid` caches prune() by config name across targets."""
+        near = sorted((t for t in by_shape if t.acc is target.acc and t != target),
+                      key=lambda t: (log_distance(t, target), t.m, t.n, t.k))[:MODEL_NEAREST]
+        pool = {c.name: c for shape in near for c in by_shape[shape]}
+        if target in self.elites:
+            pool.update((c.name, c) for c in one_step(self.elites[target][0][1], self.arch))
+        out = []
+        for name, cand in pool.items():
+            if name not in valid:
+                valid[name] = cand.family.prune(cand.cfg, self.arch) is None
+            if valid[name] and self._fresh(cand, target):
+                out.append(cand)
+        return out
 
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
 # shape, which the GPU then measures: the numbers need the right proportions, not precision. TILE_US, L2 and SPLIT_US
@@ -493,7 +574,7 @@ def estimate_us(t: Tiling, task: Task, sms: int) -> float:
     return max(compute, l2, hbm) + reduce
 
 
-def _log_distance(a: Task, b: Task) -> float:
+def log_distance(a: Task, b: Task) -> float:
     """Euclidean distance of two shapes in (log2 M, log2 N, log2 K): 64x64x64 is as far from 128x64x64 as 8192 from
     16384 in one dimension."""
     return math.dist((math.log2(a.m), math.log2(a.n), math.log2(a.k)), (math.log2(b.m), math.log2(b.n), math.log2(b.k)))
@@ -515,4 +596,6 @@ def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int,
         return NeighboursSearch(families, rng, targets, arch, vary)
     if kind is Strategy.CUBLASLT:
         return CublasLtSearch(families, rng, targets)
+    if kind is Strategy.MODEL:
+        return ModelSearch(families, rng, targets, arch, sms)
     return EvolutionarySearch(families, rng) if kind is Strategy.EVOLUTIONARY else RandomSearch(families, rng)
