@@ -18,7 +18,9 @@ fastest. Also the model's error on held-out results (|predicted / measured - 1|:
 The ranking is over configs the store measured there, which earlier strategies chose because they looked good: every
 rule ranks the same lists, so compare rules with each other, not with the tuner's odds on unmeasured configs.
 `--plan` also fits on every result and plans `--strategy model` over `--shapes` as the tuner would (fit and predict
-seconds, configs planned, shapes given picks, the predicted gain of each shape's first pick).
+seconds, configs planned, shapes given picks, the predicted gain of each shape's first pick). `--since T` plans from
+the results measured before T and scores the picks that later runs (other strategies) happened to measure, against
+everything those runs measured anew: a look back at real measurements the model did not see.
 """
 
 from __future__ import annotations
@@ -98,15 +100,20 @@ def _nearest_time(elsewhere: list[tuple[Task, float]], task: Task, fold_of: dict
     return min(others)[1] if others else math.inf
 
 
-def plan(measured: Measured, targets: list[Task], sms: int) -> str:
-    """Plan --strategy model over `targets` from every result, as the tuner's warm start would feed it."""
+def planned(measured: Measured, targets: list[Task], sms: int) -> tuple[ModelSearch, list, float]:
+    """--strategy model planned over `targets` from every result, as the tuner's warm start would feed it; its
+    proposals and the seconds the plan took."""
     search = ModelSearch(tune.FAMILIES, random.Random(0), tuple(targets), "sm_90a", sms)
     for task, configs in measured.items():
         for cand, us in configs.values():
             search.observe_stored(cand, task, us, True)
     started = time.monotonic()
     proposals = list(iter(search.propose, None))
-    seconds = time.monotonic() - started
+    return search, proposals, time.monotonic() - started
+
+
+def plan(measured: Measured, targets: list[Task], sms: int) -> str:
+    search, proposals, seconds = planned(measured, targets, sms)
     picked = {t for p in proposals for t in p.shapes or ()}
     # The first pick's predicted time over the shape's fastest stored time (shapes with both).
     gains = sorted(picks[0][1] / min(us for _, us in measured[t].values())
@@ -118,12 +125,39 @@ def plan(measured: Measured, targets: list[Task], sms: int) -> str:
             f"shape's fastest, quartiles: {quartiles}")
 
 
+def retrospect(before: Measured, after: Measured, targets: list[Task], sms: int) -> str:
+    """Plan from the store as it was (`before`), then look up what later runs of other strategies measured (`after`
+    holds every result): of the model's picks that they happened to measure, how many beat the shape's fastest time
+    as it was, against the same rate over every (config, shape) they measured anew."""
+    search, _, _ = planned(before, targets, sms)
+
+    def ratios(pairs) -> list[float]:
+        return [after[t][name][1] / min(us for _, us in before[t].values()) for t, name in pairs
+                if t in before and name in after.get(t, {}) and name not in before[t]]
+
+    picks = ratios((t, c.name) for t, fc in search.forecast.items() for c, _ in fc)
+    firsts = ratios((t, fc[0][0].name) for t, fc in search.forecast.items() if fc)
+    everything = ratios((t, name) for t in targets for name in after.get(t, {}))
+    lines = ["| (config, shape) pairs measured after the cut | pairs | faster than the shape's fastest before | "
+             "measured / fastest before (geomean) |", "|---|---|---|---|"]
+    for label, rs in (("the model's picks", picks), ("the model's first picks", firsts),
+                      ("every pair the later runs measured anew", everything)):
+        if rs:
+            geo = math.exp(statistics.fmean(math.log(r) for r in rs))
+            lines.append(f"| {label} | {len(rs)} | {sum(r < 1 for r in rs) / len(rs):.1%} | {geo:.4f} |")
+        else:
+            lines.append(f"| {label} | 0 | - | - |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     store_arguments(ap)
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--plan", action="store_true", help="also plan --strategy model over --shapes from every result")
+    ap.add_argument("--since", type=float, default=None, metavar="UNIX_SECONDS", help="also plan from the results "
+                    "measured before this time and score the picks that later runs measured")
     args = ap.parse_args(argv)
     if args.folds < 2:
         print(f"error: --folds wants 2 or more, got {args.folds}", file=sys.stderr)
@@ -132,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         targets = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         with tempfile.TemporaryDirectory() as tmp:
             measured = load(open_db(Path(args.db), Path(tmp), args.until), args.gpu)
+        if args.since is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                before = load(open_db(Path(args.db), Path(tmp), args.since), args.gpu)
     except (tune.TuneInputError, GpuLabelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -151,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{statistics.median(errors):.1%}, p90 {errors[int(0.9 * len(errors))]:.1%}")
     if args.plan:
         print(plan(measured, targets, args.sms))
+    if args.since is not None:
+        print(f"\nplanned from the {sum(len(c) for c in before.values())} results measured before {args.since:.0f}:\n")
+        print(retrospect(before, measured, targets, args.sms))
     return 0
 
 

@@ -18,6 +18,8 @@
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64)
 #           (with CUBLAS_KERNELS, a cublas_graph.cu report, also nearest to the kernels cuBLAS itself runs),
+#           MODEL_MINUTES (default 0) of `--strategy model` on MODEL_SHAPES (data/grid.csv) with
+#           2^MODEL_MIN_LOG2_MNK (0) <= MNK < 2^MODEL_MAX_LOG2_MNK (64), only the MODEL_WORST slowest (0: all),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -173,6 +175,12 @@ if [[ $what == grid ]]; then
     # CUBLAS_KERNELS: cublas_graph.cu's report (gap's cublas_graph.txt): cuBLAS's own kernels are followed too
     grid_tune --shapes /tmp/grid-out/cublaslt.csv --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
       --budget-minutes "$CUBLASLT_MINUTES" ${CUBLAS_KERNELS:+--cublas-kernels "$CUBLAS_KERNELS"}
+  fi
+  if [[ ${MODEL_MINUTES:-0} != 0 ]]; then  # the configs the cost model fitted on the store predicts fastest
+    mnk_subset "${MODEL_SHAPES:-data/grid.csv}" "${MODEL_MIN_LOG2_MNK:-0}" "${MODEL_MAX_LOG2_MNK:-64}" \
+      /tmp/grid-out/model.csv
+    grid_tune --shapes /tmp/grid-out/model.csv --worst "${MODEL_WORST:-0}" --strategy model \
+      --budget-minutes "$MODEL_MINUTES"
   fi
   if [[ ${FILL_MINUTES:-0} != 0 ]]; then  # the store's winners re-cut (tile, split-K) to fill the SMs
     grid_tune --shapes data/grid.csv --strategy fill --budget-minutes "$FILL_MINUTES"
