@@ -847,6 +847,26 @@ def test_cost_model_ranks_held_out_shapes_of_the_committed_h200_store_better_tha
     assert sum(min(r[:3]) <= 1.03 for r in ranked["model"]) > 0.8 * len(ranked["model"])
 
 
+def test_cost_model_check_looks_back_at_the_picks_later_runs_measured():
+    """cost_model_check --since: planned from the results before a cut, the model's pick that a later run measured
+    is scored against the shape's fastest time before the cut; so is everything measured anew."""
+    check = _benchmark("cost_model_check")
+    search, configs = _taught_model_search(())
+    before: dict = {}
+    for (task, name), (cand, us) in search._times.items():
+        before.setdefault(task, {})[name] = (cand, us)
+    target = Task(3072, 3072, 2048)
+    base = target.m * target.n * target.k / 2e7
+    before[target] = {configs[(256, 2)].name: (configs[(256, 2)], base), configs[(64, 1)].name: (configs[(64, 1)], base * 1.1)}
+    after = {t: dict(c) for t, c in before.items()}
+    after[target][configs[(128, 2)].name] = (configs[(128, 2)], base * 0.8)  # the model's first pick, measured later
+    after[target][configs[(64, 2)].name] = (configs[(64, 2)], base * 1.25)  # something else measured later
+    table = check.retrospect(before, after, [target], 132).splitlines()
+    assert table[2].startswith("| the model's picks | ")
+    assert table[3] == "| the model's first picks | 1 | 100.0% | 0.8000 |"
+    assert table[4] == f"| every pair the later runs measured anew | 2 | 50.0% | {math.sqrt(0.8 * 1.25):.4f} |"
+
+
 @pytest.mark.nvcc
 def test_model_plans_from_the_committed_store_and_precompiles_its_first_pick(tmp_path):
     """`tune --strategy model --compile-only --plan-as h200` on a CPU machine: fitted on the store's small-family
