@@ -468,7 +468,6 @@ class CublasLtSearch(_FreshPlan):
                             picks.add(cand, rank, target)
 
 
-
 class ModelSearch(_FreshPlan):
     """The configs the learned cost model predicts fastest on each target (see the module docstring)."""
 
@@ -490,11 +489,11 @@ class ModelSearch(_FreshPlan):
         if len(self._times) < MODEL_MIN_RESULTS:
             return  # nothing to learn from: the tuner refuses such a run before it starts (tune.Tuner.run)
         features = ConfigFeatures(self.families, lambda t, task: estimate_us(t, task, self.sms), self.sms)
-        measured = list(self._times.values())
-        model = GradientBoostedTrees().fit(features.matrix([(c, task) for (task, _), (c, _) in self._times.items()]),
-                                           np.log([us for _, us in measured]))
+        results = [(cand, task, us) for (task, _), (cand, us) in self._times.items()]
+        model = GradientBoostedTrees().fit(features.matrix([(cand, task) for cand, task, _ in results]),
+                                           np.log([us for _, _, us in results]))
         by_shape: dict[Task, list[Candidate]] = {}
-        for (task, _), (cand, _) in self._times.items():
+        for cand, task, _ in results:
             by_shape.setdefault(task, []).append(cand)
         valid: dict[str, bool] = {}  # config name -> survives prune() on this arch
         pools = [(target, self._pool(target, by_shape, valid)) for target in self.targets]
@@ -526,6 +525,7 @@ class ModelSearch(_FreshPlan):
             if valid[name] and self._fresh(cand, target):
                 out.append(cand)
         return out
+
 
 # The wave model's H100/H200-class figures (per SM, microseconds). It only ranks the cuts of one kernel body on one
 # shape, which the GPU then measures: the numbers need the right proportions, not precision. TILE_US, L2 and SPLIT_US
