@@ -30,7 +30,6 @@ import math
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +42,8 @@ from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_search import Candidate, ModelSearch, estimate_us, log_distance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transfer_check import load  # noqa: E402  (a sibling script)
-from wave_model_check import NEAR_BEST, open_db, store_arguments  # noqa: E402
+from transfer_check import load_copy  # noqa: E402  (a sibling script)
+from wave_model_check import NEAR_BEST, store_arguments  # noqa: E402
 
 MIN_CONFIGS = 5  # shapes with fewer measured configs say little about ranking
 RULES = ("model", "wave", "transfer", "random")
@@ -53,7 +52,7 @@ Measured = dict[Task, dict[str, tuple[Candidate, float]]]
 
 
 def features_for(sms: int) -> ConfigFeatures:
-    return ConfigFeatures(tune.FAMILIES, lambda t, task: estimate_us(t, task, sms), sms)
+    return ConfigFeatures(tune.FAMILIES, estimate_us, sms)
 
 
 def rank_scores(measured: Measured, folds: int, sms: int) -> tuple[dict[str, list[list[float]]], list[float]]:
@@ -164,11 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         targets = tune.load_tasks(args.shapes, [], Acc.FP32.value)
-        with tempfile.TemporaryDirectory() as tmp:
-            measured = load(open_db(Path(args.db), Path(tmp), args.until), args.gpu)
-        if args.since is not None:
-            with tempfile.TemporaryDirectory() as tmp:
-                before = load(open_db(Path(args.db), Path(tmp), args.since), args.gpu)
+        measured = load_copy(Path(args.db), args.gpu, args.until)
+        before = load_copy(Path(args.db), args.gpu, args.since) if args.since is not None else {}
     except (tune.TuneInputError, GpuLabelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -41,6 +41,12 @@ def load(db: Path, gpu: str | None) -> dict[Task, dict[str, tuple[Candidate, flo
     return out
 
 
+def load_copy(db: Path, gpu: str | None, until: float | None) -> dict[Task, dict[str, tuple[Candidate, float]]]:
+    """load() of the store at `db` as it was up to `until` (Unix seconds; None: all), read from a temporary copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return load(open_db(db, Path(tmp), until), gpu)
+
+
 def check(measured: dict[Task, dict[str, tuple[Candidate, float]]], shapes: list[Task], neighbours: int,
           top: int) -> dict[str, float]:
     tune_search.TRANSFER_NEIGHBOURS, tune_search.TRANSFER_TOP = neighbours, top
@@ -78,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
-        with tempfile.TemporaryDirectory() as tmp:
-            measured = load(open_db(Path(args.db), Path(tmp), args.until), args.gpu)
+        measured = load_copy(Path(args.db), args.gpu, args.until)
     except (tune.TuneInputError, GpuLabelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

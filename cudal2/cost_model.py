@@ -157,8 +157,8 @@ class ConfigFeatures:
     SHAPE = ("log2_m", "log2_n", "log2_k")
     CUT = ("log2_units", "last_wave_fill", "real_output_share", "log2_k_blocks", "log2_wave_model_us")
 
-    def __init__(self, families: Sequence[KernelFamily], estimate_us: Callable[[Tiling, Task], float], sms: int):
-        """`estimate_us`: the wave model of a cut on a shape (tune_search.estimate_us at the GPU's SM count)."""
+    def __init__(self, families: Sequence[KernelFamily], estimate_us: Callable[[Tiling, Task, int], float], sms: int):
+        """`estimate_us`: the wave model of a cut on a shape with `sms` SMs (tune_search.estimate_us)."""
         self.estimate_us, self.sms = estimate_us, sms
         self.columns: list[str] = [*self.SHAPE, *self.CUT]
         self._param_columns: dict[str, dict[str, int | dict[object, int]]] = {}
@@ -212,4 +212,4 @@ class ConfigFeatures:
         k_blocks = math.ceil(math.ceil(task.k / t.bk) / t.splits)
         real = task.m * task.n / (math.ceil(task.m / t.bm) * t.bm * math.ceil(task.n / t.bn) * t.bn)
         return [math.log2(task.m), math.log2(task.n), math.log2(task.k), math.log2(units), units / (waves * self.sms),
-                real, math.log2(k_blocks), math.log2(self.estimate_us(t, task))]
+                real, math.log2(k_blocks), math.log2(self.estimate_us(t, task, self.sms))]

@@ -488,7 +488,7 @@ class ModelSearch(_FreshPlan):
     def _pick(self, picks: _Picks) -> None:
         if len(self._times) < MODEL_MIN_RESULTS:
             return  # nothing to learn from: the tuner refuses such a run before it starts (tune.Tuner.run)
-        features = ConfigFeatures(self.families, lambda t, task: estimate_us(t, task, self.sms), self.sms)
+        features = ConfigFeatures(self.families, estimate_us, self.sms)
         results = [(cand, task, us) for (task, _), (cand, us) in self._times.items()]
         model = GradientBoostedTrees().fit(features.matrix([(cand, task) for cand, task, _ in results]),
                                            np.log([us for _, _, us in results]))

@@ -68,7 +68,7 @@ def test_predict_refuses_before_fit_and_with_other_columns():
 
 
 def _features() -> ConfigFeatures:
-    return ConfigFeatures((SMALL, SM80, SM90), lambda t, task: estimate_us(t, task, 132), 132)
+    return ConfigFeatures((SMALL, SM80, SM90), estimate_us, 132)
 
 
 def test_feature_rows_follow_the_families_spaces():
@@ -103,6 +103,6 @@ def test_a_padded_cut_shows_its_waste():
 
 
 def test_a_family_the_features_were_not_built_for_is_refused():
-    features = ConfigFeatures((SM80,), lambda t, task: 1.0, 132)
+    features = ConfigFeatures((SM80,), lambda t, task, sms: 1.0, 132)
     with pytest.raises(CostModelError, match="family 'sm90_wgmma' is not one"):
         features.matrix([(Candidate(SM90, SM90.default()), Task(128, 128, 128))])
