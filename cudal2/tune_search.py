@@ -431,21 +431,22 @@ class NeighboursSearch(_FreshPlan):
 
 
 def one_step(parent: Candidate, arch: str, vary: tuple[str, ...] = ()) -> list[Candidate]:
-    """The configs that differ from `parent` in one parameter (one of `vary`; () = any) and survive prune() on
-    `arch`."""
+    """The configs that differ from `parent` in one parameter (one of `vary`; () = any), with the fields the new
+    config's kind ignores settled (`KernelFamily.settle`: a pingpong parent with swizzle 4 steps to its `basic` twin,
+    swizzle 1), that survive prune() on `arch`; each once, never the parent itself."""
     family, space = parent.family, parent.family.space()
     params = config_params(parent.cfg)
-    out = []
+    out: dict[Any, Candidate] = {}  # by config: two steps may settle to one
     for name, values in space.items():
         if vary and name not in vary:
             continue
         for value in values:
             if value == params[name]:
                 continue
-            cfg = family.make({**params, name: value})
-            if family.prune(cfg, arch) is None:
-                out.append(Candidate(family, cfg))
-    return out
+            cfg = family.settle(family.make({**params, name: value}))
+            if cfg != parent.cfg and cfg not in out and family.prune(cfg, arch) is None:
+                out[cfg] = Candidate(family, cfg)
+    return list(out.values())
 
 
 class CublasLtSearch(_FreshPlan):

@@ -25,6 +25,9 @@ from cudal2.kernels.sm80 import Reduce, Sm80Family
 from cudal2.kernels.sm90 import (
     EXTENDED_GMMA_DEFINE,
     EXTENDED_GMMA_GAIN,
+    Raster,
+    Schedule,
+    Scheduler,
     Sm90Family,
     batched_split_k,
     extended_gmma,
@@ -354,6 +357,29 @@ def test_neighbours_vary_steps_only_along_the_named_parameters():
     assert sorted(c.epi_n for c in plan) == [16, 64, 128]
     assert all(replace(c, epi_n=0) == best.cfg for c in plan)
 
+
+
+def test_one_step_reaches_the_basic_twin_of_a_swizzled_winner():
+    """`basic` takes no swizzle, raster order or stream-K: a winner that set them steps to basic by settling them
+    (86 grid winners went basic, 1.096x over the winner before, RESULTS eighteenth session), and a basic parent's
+    steps along those fields settle back to itself and are not proposed."""
+    parent = _sm90(schedule="pingpong", bm=128, bn=128, cluster_n=1, swizzle=4, raster="along_n")
+    steps = [c.cfg for c in tune_search.one_step(parent, "sm_90a", ("schedule",))]
+    assert sorted(c.schedule.value for c in steps) == ["basic", "cooperative"]
+    basic = next(c for c in steps if c.schedule is Schedule.BASIC)
+    assert basic == replace(parent.cfg, schedule=Schedule.BASIC, swizzle=1, raster=Raster.HEURISTIC)
+    assert SM90.prune(basic, "sm_90a") is None
+    twin = Candidate(SM90, basic)
+    assert tune_search.one_step(twin, "sm_90a", ("swizzle", "raster", "scheduler")) == []
+    every = tune_search.one_step(twin, "sm_90a")
+    assert len({c.name for c in every}) == len(every) and twin.name not in {c.name for c in every}
+    assert all(SM90.settle(c.cfg) == c.cfg for c in every)
+    # a stream-K parent settles to the persistent tag (split-K as a batch keeps its splits)
+    streamk = _sm90(bn=128, scheduler="streamk", splits=2, reduction="ordered")
+    twins = [c.cfg for c in tune_search.one_step(streamk, "sm_90a", ("schedule",)) if c.cfg.schedule is Schedule.BASIC]
+    assert twins == [replace(streamk.cfg, schedule=Schedule.BASIC, scheduler=Scheduler.PERSISTENT)]
+    sm80 = Candidate(SM80, SM80.default())
+    assert SM80.settle(sm80.cfg) is sm80.cfg and SMALL.settle(SMALL.default()) == SMALL.default()
 
 def test_cublaslt_plans_the_configs_like_each_shapes_algorithm():
     a, b, without = Task(256, 512, 12288), Task(512, 256, 12288), Task(64, 64, 64)

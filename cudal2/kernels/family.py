@@ -80,6 +80,13 @@ class KernelFamily(Protocol):
         when the family cannot express one (`tune --strategy cublaslt` starts from them)."""
         ...
 
+    def settle(self, cfg: Any) -> Any:
+        """`cfg` with the fields its kind of kernel does not use set to the one value prune() accepts there, so that
+        a one-parameter change (`tune_search.one_step`) can reach such a kind from a parent that set them
+        (sm90's `basic` takes no swizzle, raster order or stream-K; a pingpong winner with swizzle 4 has a basic
+        twin). Identity where every field is always used."""
+        ...
+
     def rerender_gain(self, cfg: Any) -> float:
         """How many times faster today's render of `cfg` may run than a render stored before the family's code
         changed: 1.0 where a change shaves at most a constant (`tune --strategy rerender` then takes the stale

@@ -458,6 +458,13 @@ class Sm90Family:
                       stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1,
                       serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
 
+    def settle(self, cfg: Sm90Config) -> Sm90Config:
+        """A `basic` config with the persistent scheduler tag, no swizzle and the heuristic raster order: the one
+        kernel its tile, cluster and the rest render to (`_basic_problem` names the others)."""
+        if cfg.schedule is not Schedule.BASIC:
+            return cfg
+        return replace(cfg, scheduler=Scheduler.PERSISTENT, swizzle=1, raster=Raster.HEURISTIC)
+
     def rerender_gain(self, cfg: Sm90Config) -> float:
         """Tiles that now run one extended-shape wgmma per K step (`extended_gmma`) measured up to EXTENDED_GMMA_GAIN
         times slower per unit of work before; the stream-K flag change (b946c64) saves only ~1.2 us a call."""
