@@ -38,7 +38,7 @@ from cudal2.sandbox.harness_build import find_cublas
 from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtAlgo
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Acc, ShapeResult, Status, Task, Timing
+from cudal2.sandbox.types import Acc, Mode, ShapeResult, Status, Task, Timing
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import (
     ELITE,
@@ -955,3 +955,40 @@ def _one_by_one_reduce(family: str, cfg, today: str) -> str | None:
     batched, older = (cuda_parts.splitk_reduce(wait=wait, batched=b) for b in (True, False))
     assert batched in today
     return today.replace(batched, older, 1)
+
+
+def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_path):
+    """benchmarks/new_bests.py: a result counts as a new best only when it beats every earlier offline result of its
+    shape (the ones before --since too); runs are cut at gaps; confirm-mode and failed results are not tallied."""
+    check = _benchmark("new_bests")
+    db, gpu, shape = tmp_path / "s.sqlite", "NVIDIA H200 (sm_90a)", Task(256, 512, 1024)
+    basic = _sm90(bm=128, bn=128, cluster_n=1, schedule="basic")
+    rows = [  # (config, mode, status, median us, created)
+        (_sm90(), Mode.OFFLINE, Status.OK, 10.0, 100.0),  # before the cut: the shape's best is 10 us
+        (_sm90(bn=128), Mode.OFFLINE, Status.OK, 11.0, 1000.0),  # run 1: slower, no new best
+        (basic, Mode.OFFLINE, Status.OK, 9.0, 1010.0),  # run 1: a new best
+        (basic, Mode.CONFIRM, Status.OK, 8.0, 1011.0),  # confirm mode: not tallied
+        (_sm90(bn=64), Mode.OFFLINE, Status.WRONG_ANSWER, 1.0, 1012.0),  # not verified: not tallied
+        (Candidate(SMALL, SMALL.default()), Mode.OFFLINE, Status.OK, 8.5, 2000.0),  # run 2 (a gap): a new best
+        (_sm90(bn=128), Mode.OFFLINE, Status.OK, 9.5, 2001.0),  # run 2: beats 10 but not 8.5
+    ]
+    with ResultStore(db) as store, TuneLog(store) as log:
+        for cand, mode, status, us, _created in rows:
+            source = cand.family.render(cand.cfg)
+            h = source_hash(source)
+            store.put_source(h, source)
+            log.put_config(h, ConfigRecord(cand.family.name, cand.name, config_params(cand.cfg)))
+            t = Timing(us, us, us, us, us, 0.0, 10)
+            store.put_result(h, gpu, mode, ShapeResult(shape, status, "", 1e-5, {"candidate": t, "cublas": t}))
+    with closing(sqlite3.connect(db)) as conn, conn:
+        for row_id, (*_, created) in enumerate(rows, start=1):
+            conn.execute("UPDATE results SET created = ? WHERE id = ?", (created, row_id))
+    before, after = check.load(db, gpu, since=500.0)
+    assert before == {(256, 512, 1024, "fp32"): 10.0} and [m.us for m in after] == [11.0, 9.0, 8.5, 9.5]
+    runs, kinds = check.tally(before, after, gap=45.0)
+    assert [(r.evaluations, len(r.configs), r.new_bests) for r in runs] == [(2, 2, 1), (2, 2, 1)]
+    assert {k: (t.evaluations, t.new_bests) for k, t in kinds.items()} == {
+        "sm90_wgmma cooperative": (2, 0), "sm90_wgmma basic": (1, 1), "small": (1, 1)}
+    table = check.table(runs, kinds).splitlines()
+    assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |" and table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
+    assert check.main(["--db", str(db), "--since", "500", "--gpu", "a100"]) == 2  # one line, no traceback

@@ -1,0 +1,145 @@
+"""Which tuning runs set new per-shape bests in a result store, and with which kinds of kernel: CPU only.
+
+    python3 benchmarks/new_bests.py --since UNIX_SECONDS [--db benchmarks/stores/h200_grid.sqlite.gz] [--gpu h200]
+                                    [--gap 45]
+
+A result is a new best when its offline median beats every earlier verified offline result of its shape (fp32 and
+fp16 accumulation apart). The store does not record which `cudal2 tune --strategy` proposed a result, only when it
+was measured: the verified offline results after --since, in time order, are cut into runs wherever more than --gap
+seconds pass without one (within a `cudal2 tune` round results came at most ~35 s apart on the H200 while later
+configs compiled; between rounds the next plan, the reports and the next device call took a minute or more). The
+cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel (its family, and sm90's
+schedule) the same counts say which kind the new winners were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import tempfile
+from collections import defaultdict
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wave_model_check import open_db, store_arguments  # noqa: E402  (a sibling script)
+
+Shape = tuple[int, int, int, str]  # M, N, K, acc
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One verified offline result after the cut."""
+
+    shape: Shape
+    source_hash: str
+    kind: str  # "sm90_wgmma basic", "sm80_mma", ... ("?" for a source the tuner did not generate)
+    us: float  # the kernel's median, microseconds
+    created: float  # Unix seconds
+
+
+@dataclass
+class Tally:
+    evaluations: int = 0
+    configs: set[str] = field(default_factory=set)  # source hashes
+    new_bests: int = 0
+    first: float = 0.0
+    last: float = 0.0
+
+    def add(self, m: Measured, new_best: bool) -> None:
+        self.first = self.first or m.created
+        self.last = m.created
+        self.evaluations += 1
+        self.configs.add(m.source_hash)
+        self.new_bests += new_best
+
+
+def _kind(family: str | None, params_json: str | None) -> str:
+    if family is None:
+        return "?"
+    schedule = json.loads(params_json or "{}").get("schedule")
+    return f"{family} {schedule}" if schedule else family
+
+
+def load(db: Path, gpu: str, since: float) -> tuple[dict[Shape, float], list[Measured]]:
+    """The fastest verified offline median of every shape before `since`, and every verified offline result from
+    then on, in time order."""
+    query = ("SELECT r.m, r.n, r.k, r.acc, r.cand_median_us, r.created, r.source_hash, t.family, t.params_json"
+             " FROM results r LEFT JOIN tune_configs t USING (source_hash)"
+             " WHERE r.gpu = ? AND r.mode = 'offline' AND r.status = 'ok' AND r.cand_median_us IS NOT NULL")
+    best: dict[Shape, float] = {}
+    after = []
+    with closing(sqlite3.connect(db)) as conn:
+        for m, n, k, acc, us, created, source_hash, family, params in conn.execute(query + " ORDER BY r.created, r.id",
+                                                                                  (gpu,)):
+            shape = (m, n, k, acc)
+            if created < since:
+                best[shape] = min(us, best.get(shape, us))
+            else:
+                after.append(Measured(shape, source_hash, _kind(family, params), us, created))
+    return best, after
+
+
+def tally(best_before: dict[Shape, float], results: list[Measured], gap: float) -> tuple[list[Tally], dict[str, Tally]]:
+    """Per run (cut at gaps of more than `gap` seconds) and per kind: evaluations, configs and new bests."""
+    best = dict(best_before)
+    runs: list[Tally] = []
+    kinds: dict[str, Tally] = defaultdict(Tally)
+    for m in results:
+        if not runs or m.created - runs[-1].last > gap:
+            runs.append(Tally())
+        new_best = m.us < best.get(m.shape, float("inf"))
+        if new_best:
+            best[m.shape] = m.us
+        runs[-1].add(m, new_best)
+        kinds[m.kind].add(m, new_best)
+    return runs, dict(kinds)
+
+
+def table(runs: list[Tally], kinds: dict[str, Tally]) -> str:
+    def row(label: str, t: Tally) -> str:
+        return (f"| {label} | {t.evaluations} | {len(t.configs)} | {t.new_bests} | "
+                f"{t.new_bests / t.evaluations:.3f} |")
+
+    head = ["| {} | evaluations | configs | new bests | new bests per evaluation |", "|---|---|---|---|---|"]
+    lines = [head[0].format("run (start +seconds, length)"), head[1]]
+    start = runs[0].first if runs else 0.0
+    lines += [row(f"{i + 1} (+{t.first - start:.0f} s, {t.last - t.first:.0f} s)", t) for i, t in enumerate(runs)]
+    lines += ["", head[0].format("kind"), head[1]]
+    lines += [row(kind, t) for kind, t in sorted(kinds.items(), key=lambda kt: -kt[1].new_bests)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    store_arguments(ap)
+    ap.add_argument("--since", type=float, required=True, help="Unix seconds: the results from then on are tallied")
+    ap.add_argument("--gap", type=float, default=45.0, help="seconds without a result that end a run")
+    args = ap.parse_args(argv)
+    db_path = Path(args.db)
+    if not db_path.is_file():
+        print(f"new_bests: no store at {db_path}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        db = open_db(db_path, Path(tmp), args.until)
+        try:
+            with ResultStore(db) as store:
+                gpu = resolve_gpu_label(store.ok_gpus(), args.gpu, None)
+        except GpuLabelError as e:
+            print(f"new_bests: {e}", file=sys.stderr)
+            return 2
+        before, after = load(db, gpu, args.since)
+    runs, kinds = tally(before, after, args.gap)
+    print(f"{len(after)} verified offline results on {gpu} from {args.since:.0f} on ({len(before)} shapes measured "
+          f"before)\n")
+    print(table(runs, kinds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
