@@ -25,6 +25,7 @@ from cudal2.kernels.sm80 import Reduce, Sm80Family
 from cudal2.kernels.sm90 import (
     EXTENDED_GMMA_DEFINE,
     EXTENDED_GMMA_GAIN,
+    Epilogue,
     Raster,
     Schedule,
     Scheduler,
@@ -365,9 +366,11 @@ def test_one_step_reaches_the_basic_twin_of_a_swizzled_winner():
     steps along those fields settle back to itself and are not proposed."""
     parent = _sm90(schedule="pingpong", bm=128, bn=128, cluster_n=1, swizzle=4, raster="along_n")
     steps = [c.cfg for c in tune_search.one_step(parent, "sm_90a", ("schedule",))]
-    assert sorted(c.schedule.value for c in steps) == ["basic", "cooperative"]
+    assert sorted(c.schedule.value for c in steps) == ["basic", "cooperative", "unspecialized"]
     basic = next(c for c in steps if c.schedule is Schedule.BASIC)
     assert basic == replace(parent.cfg, schedule=Schedule.BASIC, swizzle=1, raster=Raster.HEURISTIC)
+    unspecialized = next(c for c in steps if c.schedule is Schedule.UNSPECIALIZED)  # its epilogue: from registers
+    assert unspecialized == replace(basic, schedule=Schedule.UNSPECIALIZED, epilogue=Epilogue.NOSMEM)
     assert SM90.prune(basic, "sm_90a") is None
     twin = Candidate(SM90, basic)
     assert tune_search.one_step(twin, "sm_90a", ("swizzle", "raster", "scheduler")) == []

@@ -11,7 +11,9 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
     kernel    KernelTmaWarpSpecializedCooperative: one producer warpgroup, two consumer warpgroups on one
               BM x BN tile (BM split 2 ways), or KernelTmaWarpSpecializedPingpong: two consumer warpgroups on two
               different tiles, alternating mainloop and epilogue, or KernelTmaWarpSpecialized (`basic`): one
-              consumer warpgroup, one tile per CTA, a grid of all the tiles (not persistent)
+              consumer warpgroup, one tile per CTA, a grid of all the tiles (not persistent), or KernelTma
+              (`unspecialized`): one tile per CTA as basic, but no producer warp: one warpgroup both issues the TMA
+              loads (one thread) and runs the wgmmas, with the no-smem epilogue only
     schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
               (cooperative only: K-splits of the tail tiles across SMs, reduced in the workspace in order, or with
               atomics under reduction=atomic);
@@ -92,6 +94,14 @@ class Schedule(str, Enum):
     # 20-40% more instructions than cuBLAS's kernel of the same tile and grid (Nsight Compute, RESULTS sixteenth
     # session); this is the leanest CUTLASS kernel for them. Its `scheduler` stays persistent: the tag CUTLASS takes.
     BASIC = "basic"
+    # One tile per CTA as basic, but not warp-specialised (CUTLASS's KernelTma): one warpgroup of 128 threads, one of
+    # which issues the TMA loads `stages` K-blocks ahead while all run the wgmmas; no producer warp, no register
+    # hand-over, and a plain epilogue from registers (CUTLASS's TMA epilogue needs the warp-specialised kernels).
+    UNSPECIALIZED = "unspecialized"
+
+
+# Schedules with one tile per CTA, a grid of all the tiles: no persistent loop, so no swizzle, raster order or stream-K.
+ONE_TILE_PER_CTA = (Schedule.BASIC, Schedule.UNSPECIALIZED)
 
 
 class Scheduler(str, Enum):
@@ -284,11 +294,11 @@ def pipeline_stages(cfg: Sm90Config) -> int:
 
 
 def smem_bytes(cfg: Sm90Config) -> int:
-    """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on). The basic kernel keeps
-    the mainloop's and the epilogue's buffers in one union (its one tile's epilogue runs after its mainloop), the
+    """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on). The one-tile-per-CTA
+    kernels keep the mainloop's and the epilogue's buffers in one union (its one tile's epilogue runs after its mainloop), the
     persistent ones side by side."""
     mainloop, epilogue = pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)
-    tensors = max(mainloop, epilogue) if cfg.schedule is Schedule.BASIC else mainloop + epilogue
+    tensors = max(mainloop, epilogue) if cfg.schedule in ONE_TILE_PER_CTA else mainloop + epilogue
     return tensors + KERNEL_SMEM_OVERHEAD
 
 
@@ -299,14 +309,18 @@ def acc_regs(cfg: Sm90Config) -> int:
     return per_thread if cfg.acc is Acc.FP32 else per_thread // 2
 
 
-def _basic_problem(cfg: Sm90Config) -> str | None:
-    """Why a `basic` (one tile per CTA) config is not one: it has no tile scheduler to swizzle, force a raster order
-    or run stream-K (the persistent tag is what CUTLASS's kernel takes), so those fields must stay at their defaults
-    rather than name configs that render the same kernel."""
+def _one_tile_problem(cfg: Sm90Config) -> str | None:
+    """Why a one-tile-per-CTA (`basic`, `unspecialized`) config is not one: it has no tile scheduler to swizzle,
+    force a raster order or run stream-K (the persistent tag is what CUTLASS's kernel takes), so those fields must stay
+    at their defaults rather than name configs that render the same kernel; the unspecialized kernel's epilogue is
+    the no-smem one (CUTLASS's TMA epilogue has no entry point for a kernel without warp specialisation)."""
+    kind = cfg.schedule.value
     if cfg.scheduler is not Scheduler.PERSISTENT:
-        return "the basic kernel takes no stream-K scheduler (static_assert): one CTA per tile, scheduler=persistent"
+        return f"the {kind} kernel takes no stream-K scheduler (static_assert): one CTA per tile, scheduler=persistent"
     if cfg.swizzle != 1 or cfg.raster is not Raster.HEURISTIC:
-        return "the basic kernel launches one CTA per tile in grid order: no swizzle or raster order to choose"
+        return f"the {kind} kernel launches one CTA per tile in grid order: no swizzle or raster order to choose"
+    if cfg.schedule is Schedule.UNSPECIALIZED and cfg.epilogue is not Epilogue.NOSMEM:
+        return "the unspecialized kernel (KernelTma) takes the no-smem epilogue only (use epilogue=nosmem)"
     return None
 
 
@@ -361,7 +375,7 @@ class Sm90Family:
             return f"cooperative splits BM across 2 consumer warpgroups of 64 rows: needs BM >= 128, got {cfg.bm}"
         if cfg.schedule is Schedule.PINGPONG and cfg.scheduler is Scheduler.STREAMK:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
-        if cfg.schedule is Schedule.BASIC and (why := _basic_problem(cfg)) is not None:
+        if cfg.schedule in ONE_TILE_PER_CTA and (why := _one_tile_problem(cfg)) is not None:
             return why
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
@@ -459,11 +473,13 @@ class Sm90Family:
                       serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
 
     def settle(self, cfg: Sm90Config) -> Sm90Config:
-        """A `basic` config with the persistent scheduler tag, no swizzle and the heuristic raster order: the one
-        kernel its tile, cluster and the rest render to (`_basic_problem` names the others)."""
-        if cfg.schedule is not Schedule.BASIC:
+        """A one-tile-per-CTA config with the persistent scheduler tag, no swizzle and the heuristic raster order, an
+        unspecialized one also with the no-smem epilogue (no epilogue subtile): the one kernel its tile, cluster and
+        the rest render to (`_one_tile_problem` names the others)."""
+        if cfg.schedule not in ONE_TILE_PER_CTA:
             return cfg
-        return replace(cfg, scheduler=Scheduler.PERSISTENT, swizzle=1, raster=Raster.HEURISTIC)
+        cfg = replace(cfg, scheduler=Scheduler.PERSISTENT, swizzle=1, raster=Raster.HEURISTIC)
+        return replace(cfg, epilogue=Epilogue.NOSMEM, epi_n=0) if cfg.schedule is Schedule.UNSPECIALIZED else cfg
 
     def rerender_gain(self, cfg: Sm90Config) -> float:
         """Tiles that now run one extended-shape wgmma per K step (`extended_gmma`) measured up to EXTENDED_GMMA_GAIN
@@ -492,7 +508,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     coop = cfg.schedule is Schedule.COOPERATIVE
     kernel = {Schedule.COOPERATIVE: "KernelTmaWarpSpecializedCooperative",
               Schedule.PINGPONG: "KernelTmaWarpSpecializedPingpong",
-              Schedule.BASIC: "KernelTmaWarpSpecialized"}[cfg.schedule]
+              Schedule.BASIC: "KernelTmaWarpSpecialized", Schedule.UNSPECIALIZED: "KernelTma"}[cfg.schedule]
     if cfg.epilogue is Epilogue.TMA:
         epilogue = "TmaWarpSpecializedCooperative" if coop else "TmaWarpSpecialized"
     else:
@@ -536,6 +552,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                            "while one\n//     stores its tile (epilogue), the other computes the next one.",
         Schedule.BASIC: "One consumer warpgroup runs wgmma (operands from shared memory) on the CTA's one tile, then "
                         "stores it;\n//     the producer warp's TMA loads run ahead of it through the stage pipeline.",
+        Schedule.UNSPECIALIZED: "Not warp-specialised: the same 128 threads run wgmma (operands from shared memory) "
+                                "on the CTA's one tile,\n//     then store it.",
         Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
                               "swizzled order." if not batched else
                               f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of "
@@ -552,7 +570,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
                          "C (beta * C) is void: never read.",
     }
-    if cfg.schedule is Schedule.BASIC:  # the persistent tag, but no persistent loop: one CTA per tile
+    if cfg.schedule in ONE_TILE_PER_CTA:  # the persistent tag, but no persistent loop: one CTA per tile
         design[Scheduler.PERSISTENT] = (
             "Not persistent: one CTA per output tile (grid = the tiles, in launch order), no tile scheduler loop." +
             (f"\n//     Split-K as a batch: grid.z is the K range l of {cfg.splits}; each tile writes its fp32 "
@@ -579,7 +597,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages,
         "tile_scheduler": scheduler,
-        "scheduler_tag_note": ": only the tag, one CTA per tile" if cfg.schedule is Schedule.BASIC else "",
+        "scheduler_tag_note": ": only the tag, one CTA per tile" if cfg.schedule in ONE_TILE_PER_CTA else "",
+        "producer_design": _PRODUCER_DESIGN[cfg.schedule is Schedule.UNSPECIALIZED],
         "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
         "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg),
         "align_d": align_d, "element_d": d_type,
@@ -793,8 +812,7 @@ _HEADER = string.Template(r"""// $name
 //   stages             = $stages_desc; model: $stages_est stages, ~$smem_est bytes of shared memory
 //
 // Design
-//   - One producer warp issues TMA loads of A (BM x BK) and B (BN x BK) tiles into 128B-swizzled shared memory,
-//     multicast to the CTAs of a cluster that need the same tile, through an mbarrier pipeline of stages.
+//   - $producer_design
 //   - $schedule_design
 //   - $scheduler_design
 //   - $epilogue_design
@@ -802,6 +820,15 @@ _HEADER = string.Template(r"""// $name
 // Workspace: $workspace_note
 
 """)
+
+# Who issues the TMA loads (the warp-specialised text is part of every stored source's hash: keep it as it is).
+_PRODUCER_DESIGN = {
+    False: "One producer warp issues TMA loads of A (BM x BK) and B (BN x BK) tiles into 128B-swizzled shared memory,"
+           "\n//     multicast to the CTAs of a cluster that need the same tile, through an mbarrier pipeline of stages.",
+    True: "One thread of the warpgroup issues TMA loads of A (BM x BK) and B (BN x BK) tiles into 128B-swizzled "
+          "shared\n//     memory, multicast to the CTAs of a cluster that need the same tile, through an mbarrier "
+          "pipeline of stages.",
+}
 
 _INCLUDES = """#include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -22,6 +22,7 @@ from cudal2.kernels.sm90 import (
     EXTENDED_GMMA_DEFINE,
     EXTENDED_GMMA_GAIN,
     FAMILY,
+    KERNEL_SMEM_OVERHEAD,
     SMEM_CAPACITY,
     Epilogue,
     Raster,
@@ -36,6 +37,7 @@ from cudal2.kernels.sm90 import (
     pipeline_stages,
     probe_source,
     smem_bytes,
+    stage_bytes,
 )
 from cudal2.sandbox.compiler import nvcc_flags
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
@@ -141,6 +143,11 @@ def test_config_names_are_distinct_and_stable():
         (cfg(schedule=Schedule.BASIC, bn=128, swizzle=2), "no swizzle or raster order"),
         (cfg(schedule=Schedule.BASIC, bn=128, raster=Raster.ALONG_N), "no swizzle or raster order"),
         (cfg(schedule=Schedule.BASIC, bm=128, bn=256), "256 accumulator registers"),
+        (cfg(schedule=Schedule.UNSPECIALIZED, bn=128), "takes the no-smem epilogue only"),
+        (cfg(schedule=Schedule.UNSPECIALIZED, bn=128, epilogue=Epilogue.NOSMEM, swizzle=4), "no swizzle or raster"),
+        (cfg(schedule=Schedule.UNSPECIALIZED, bn=128, epilogue=Epilogue.NOSMEM, scheduler=Scheduler.STREAMK),
+         "unspecialized kernel takes no stream-K scheduler"),
+        (cfg(schedule=Schedule.UNSPECIALIZED, bm=128, bn=256, epilogue=Epilogue.NOSMEM), "256 accumulator registers"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -165,14 +172,16 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert smem_bytes(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
             assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
             assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
-            assert not (c.schedule is Schedule.BASIC and (c.scheduler, c.swizzle, c.raster) !=
-                        (Scheduler.PERSISTENT, 1, Raster.HEURISTIC))
+            assert not (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and (c.scheduler, c.swizzle, c.raster)
+                        != (Scheduler.PERSISTENT, 1, Raster.HEURISTIC))
+            assert not (c.schedule is Schedule.UNSPECIALIZED and c.epilogue is not Epilogue.NOSMEM)
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
     assert total > space_size() // 743 - 1
-    # ~2%: split-K, stream-K and the atomic reduction need each other, and an epi_n must divide BN
-    assert 0.01 * total < kept < 0.5 * total
+    # ~0.8%: split-K, stream-K and the atomic reduction need each other, an epi_n must divide BN, and the one-tile
+    # schedules take no swizzle or raster order (unspecialized only the no-smem epilogue)
+    assert 0.005 * total < kept < 0.5 * total
 
 
 def test_fp16_accumulators_take_half_the_registers():
@@ -252,6 +261,26 @@ def test_basic_schedule_renders_one_tile_per_cta():
     assert "grid.z is the K range l of 4" in split and "cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce" in split
     # Adding the value renamed nothing: the other schedules' configs keep their names and sources.
     assert config_name(FAMILY, cfg(bm=64, schedule=Schedule.PINGPONG)).count("schedulepingpong") == 1
+
+
+def test_unspecialized_schedule_renders_cutlass_kernel_tma():
+    """schedule=unspecialized: CUTLASS's KernelTma, one tile per CTA with no producer warp, the no-smem epilogue; the
+    producer line of the other schedules' sources is unchanged (it is part of their stored hashes)."""
+    plain = cfg(bm=128, bn=128, cluster_n=2, schedule=Schedule.UNSPECIALIZED, epilogue=Epilogue.NOSMEM)
+    assert FAMILY.prune(plain, ARCH) is None and acc_regs(plain) == 128
+    assert smem_bytes(plain) == pipeline_stages(plain) * stage_bytes(plain) + KERNEL_SMEM_OVERHEAD  # the union
+    src = FAMILY.render(plain)
+    for piece in ("cutlass::gemm::KernelTma>::CollectiveOp;", "kernel schedule    = unspecialized (KernelTma)",
+                  "PersistentScheduler: only the tag, one CTA per tile", "Not persistent: one CTA per output tile",
+                  "Not warp-specialised: the same 128 threads run wgmma", "One thread of the warpgroup issues TMA",
+                  "cutlass::epilogue::NoSmemWarpSpecialized>::CollectiveOp;"):
+        assert piece in src, piece
+    assert "One producer warp" not in src and "$" not in src and check_source(src) == []
+    assert "One producer warp issues TMA loads" in FAMILY.render(replace(plain, schedule=Schedule.BASIC))
+    split = FAMILY.render(replace(plain, bm=64, splits=4, pdl=True, swap_ab=True))
+    assert "grid.z is the K range l of 4" in split and "cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce" in split
+    # settle: a TMA-epilogue winner's unspecialized twin stores from registers
+    assert FAMILY.settle(replace(plain, epilogue=Epilogue.TMA, epi_n=64, swizzle=2)) == plain
 
 
 def test_split_k_as_a_batch_renders_partials_and_their_reduction():
@@ -516,6 +545,10 @@ COMPILE_SAMPLE = [
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, swap_ab=True),
     # One tile per CTA (not persistent), split as a batch with its reduction launched by PDL.
     cfg(bm=64, bn=64, schedule=Schedule.BASIC, cluster_m=1, cluster_n=2, splits=4, pdl=True),
+    # Not warp-specialised (KernelTma): in a 2x1 cluster; swapped and split as a batch with PDL.
+    cfg(bm=128, bn=64, schedule=Schedule.UNSPECIALIZED, cluster_m=2, cluster_n=1, epilogue=Epilogue.NOSMEM),
+    cfg(bm=64, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM, splits=4, pdl=True,
+        swap_ab=True),
 ]
 
 
@@ -623,9 +656,13 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=80, cluster_n=1, splits=4),
     cfg(bm=64, bn=16, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, swap_ab=True),
     # One tile per CTA (not persistent): 64 rows in a 1x2 cluster; 128 rows (one warpgroup, two wgmma rows) split
-    # as a batch with PDL.
+    # as a batch with PDL; then without warp specialisation (KernelTma): 128x128 in a 1x2 cluster, 64x128 swapped and
+    # split as a batch with PDL.
     cfg(bm=64, bn=64, schedule=Schedule.BASIC, cluster_m=1, cluster_n=2),
     cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=1, splits=4, pdl=True, epilogue=Epilogue.NOSMEM),
+    cfg(bm=128, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM),
+    cfg(bm=64, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM, splits=4, pdl=True,
+        swap_ab=True),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),  # cuBLASLt's 128x144
     # Explicit epilogue subtiles: a whole 128x176 tile at once, and 96 columns of fp32 partials, operands swapped.
     cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
