@@ -295,8 +295,8 @@ def pipeline_stages(cfg: Sm90Config) -> int:
 
 def smem_bytes(cfg: Sm90Config) -> int:
     """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on). The one-tile-per-CTA
-    kernels keep the mainloop's and the epilogue's buffers in one union (its one tile's epilogue runs after its mainloop), the
-    persistent ones side by side."""
+    kernels keep the mainloop's and the epilogue's buffers in one union (their one tile's epilogue runs after its
+    mainloop), the persistent ones side by side."""
     mainloop, epilogue = pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)
     tensors = max(mainloop, epilogue) if cfg.schedule in ONE_TILE_PER_CTA else mainloop + epilogue
     return tensors + KERNEL_SMEM_OVERHEAD
