@@ -1,7 +1,7 @@
 """Which tuning runs set new per-shape bests in a result store, and with which kinds of kernel: CPU only.
 
     python3 benchmarks/new_bests.py --since UNIX_SECONDS [--db benchmarks/stores/h200_grid.sqlite.gz] [--gpu h200]
-                                    [--gap 45]
+                                    [--shapes CSV] [--gap 45]
 
 A result is a new best when its offline median beats every earlier verified offline result of its shape (fp32 and
 fp16 accumulation apart). The store does not record which `cudal2 tune --strategy` proposed a result, only when it
@@ -9,7 +9,8 @@ was measured: the verified offline results after --since, in time order, are cut
 seconds pass without one (within a `cudal2 tune` round results came at most ~35 s apart on the H200 while later
 configs compiled; between rounds the next plan, the reports and the next device call took a minute or more). The
 cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel (its family, and sm90's
-schedule) the same counts say which kind the new winners were.
+schedule) the same counts say which kind the new winners were. --shapes limits the count to a shape set's shapes
+(default: every stored shape).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudal2.data import BadShapeFile, load_shapes
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -118,6 +120,7 @@ def table(runs: list[Tally], kinds: dict[str, Tally]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     store_arguments(ap)
+    ap.set_defaults(shapes=None)  # every stored shape, unless a set is named
     ap.add_argument("--since", type=float, required=True, help="Unix seconds: the results from then on are tallied")
     ap.add_argument("--gap", type=float, default=45.0, help="seconds without a result that end a run")
     args = ap.parse_args(argv)
@@ -134,6 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"new_bests: {e}", file=sys.stderr)
             return 2
         before, after = load(db, gpu, args.since)
+    if args.shapes is not None:
+        try:
+            keep = {(r.M, r.N, r.K) for r in load_shapes(args.shapes)}
+        except BadShapeFile as e:
+            print(f"new_bests: {e}", file=sys.stderr)
+            return 2
+        after = [m for m in after if m.shape[:3] in keep]
     runs, kinds = tally(before, after, args.gap)
     print(f"{len(after)} verified offline results on {gpu} from {args.since:.0f} on ({len(before)} shapes measured "
           f"before)\n")

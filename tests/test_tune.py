@@ -960,7 +960,7 @@ def _one_by_one_reduce(family: str, cfg, today: str) -> str | None:
     return today.replace(batched, older, 1)
 
 
-def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_path):
+def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_path, capsys):
     """benchmarks/new_bests.py: a result counts as a new best only when it beats every earlier offline result of its
     shape (the ones before --since too); runs are cut at gaps; confirm-mode and failed results are not tallied."""
     check = _benchmark("new_bests")
@@ -995,3 +995,8 @@ def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_pa
     table = check.table(runs, kinds).splitlines()
     assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |" and table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
     assert check.main(["--db", str(db), "--since", "500", "--gpu", "a100"]) == 2  # one line, no traceback
+    other = tmp_path / "other.csv"
+    other.write_text("M,N,K\n64,64,64\n")
+    assert check.main(["--db", str(db), "--since", "500", "--shapes", str(other)]) == 0
+    assert capsys.readouterr().out.startswith("0 verified offline results")  # not among the set's shapes
+    assert check.main(["--db", str(db), "--since", "500", "--shapes", str(tmp_path / "missing.csv")]) == 2
