@@ -996,7 +996,7 @@ def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_pa
     assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |" and table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
     assert check.main(["--db", str(db), "--since", "500", "--gpu", "a100"]) == 2  # one line, no traceback
     other = tmp_path / "other.csv"
-    other.write_text("M,N,K\n64,64,64\n")
+    other.write_text("M,N,K,acc,split,source\n64,64,64,fp32,train,test\n")
     assert check.main(["--db", str(db), "--since", "500", "--shapes", str(other)]) == 0
     assert capsys.readouterr().out.startswith("0 verified offline results")  # not among the set's shapes
     assert check.main(["--db", str(db), "--since", "500", "--shapes", str(tmp_path / "missing.csv")]) == 2
