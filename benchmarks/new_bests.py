@@ -8,9 +8,9 @@ fp16 accumulation apart). The store does not record which `cudal2 tune --strateg
 was measured: the verified offline results after --since, in time order, are cut into runs wherever more than --gap
 seconds pass without one (within a `cudal2 tune` round results came at most ~35 s apart on the H200 while later
 configs compiled; between rounds the next plan, the reports and the next device call took a minute or more). The
-cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel (its family, and sm90's
-schedule) the same counts say which kind the new winners were. --shapes limits the count to a shape set's shapes
-(default: every stored shape).
+cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel
+(its family, and sm90's schedule) the same counts say which kind the new winners were. --shapes limits the count to
+a shape set's shapes (default: every stored shape).
 """
 
 from __future__ import annotations
@@ -128,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     if not db_path.is_file():
         print(f"new_bests: no store at {db_path}", file=sys.stderr)
         return 2
+    keep = None  # (M, N, K) of the named shape set, read before the store is unzipped
+    if args.shapes is not None:
+        try:
+            keep = {(r.M, r.N, r.K) for r in load_shapes(args.shapes)}
+        except BadShapeFile as e:
+            print(f"new_bests: {e}", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory() as tmp:
         db = open_db(db_path, Path(tmp), args.until)
         try:
@@ -137,12 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"new_bests: {e}", file=sys.stderr)
             return 2
         before, after = load(db, gpu, args.since)
-    if args.shapes is not None:
-        try:
-            keep = {(r.M, r.N, r.K) for r in load_shapes(args.shapes)}
-        except BadShapeFile as e:
-            print(f"new_bests: {e}", file=sys.stderr)
-            return 2
+    if keep is not None:
         after = [m for m in after if m.shape[:3] in keep]
     runs, kinds = tally(before, after, args.gap)
     print(f"{len(after)} verified offline results on {gpu} from {args.since:.0f} on ({len(before)} shapes measured "

@@ -993,7 +993,8 @@ def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_pa
     assert {k: (t.evaluations, t.new_bests) for k, t in kinds.items()} == {
         "sm90_wgmma cooperative": (2, 0), "sm90_wgmma basic": (1, 1), "small": (1, 1)}
     table = check.table(runs, kinds).splitlines()
-    assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |" and table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
+    assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |"
+    assert table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
     assert check.main(["--db", str(db), "--since", "500", "--gpu", "a100"]) == 2  # one line, no traceback
     other = tmp_path / "other.csv"
     other.write_text("M,N,K,acc,split,source\n64,64,64,fp32,train,test\n")
