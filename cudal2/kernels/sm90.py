@@ -393,6 +393,11 @@ class Sm90Family:
         if stages < 2:
             return (f"only {stages} stage(s) of {stage_bytes(cfg)} bytes fit in {SMEM_CAPACITY} bytes of shared "
                     "memory; CUTLASS's mainloop needs >= 2")
+        if cfg.schedule is Schedule.UNSPECIALIZED and stages < 3:
+            # MainloopSm90TmaGmma keeps one stage for the wgmmas in flight and asserts K_PIPE_MMAS < stages - 1:
+            # with 2 the TMA would have no stage to load ahead into (a compile error on the H200, nineteenth session).
+            return (f"the unspecialized mainloop (KernelTma) needs >= 3 stages: one for the wgmmas in flight, the rest "
+                    f"for TMA loads ahead (static_assert); got {stages}")
         if (smem := smem_bytes(cfg)) > SMEM_CAPACITY:
             return f"needs ~{smem} bytes of shared memory ({stages} stages); an sm_90 CTA has {SMEM_CAPACITY}"
         return None
