@@ -13,7 +13,9 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               different tiles, alternating mainloop and epilogue, or KernelTmaWarpSpecialized (`basic`): one
               consumer warpgroup, one tile per CTA, a grid of all the tiles (not persistent), or KernelTma
               (`unspecialized`): one tile per CTA as basic, but no producer warp: one warpgroup both issues the TMA
-              loads (one thread) and runs the wgmmas, with the no-smem epilogue only
+              loads (one thread) and runs the wgmmas, with the no-smem epilogue only. A one-tile-per-CTA kernel
+              with `ctas_per_sm` = k > 1 takes as many stages as fit k CTAs in an SM's shared memory, so that k
+              tiles run on an SM at once and one's epilogue overlaps another's mainloop (registers permitting)
     schedule  PersistentScheduler (one CTA per SM walks the tiles, swizzled rasterisation) or StreamKScheduler
               (cooperative only: K-splits of the tail tiles across SMs, reduced in the workspace in order, or with
               atomics under reduction=atomic);
@@ -65,6 +67,10 @@ ARCH = "sm_90a"
 
 # Shared memory one CTA may use on sm_90 (227 KiB): cutlass::gemm::collective::detail::sm90_smem_capacity_bytes.
 SMEM_CAPACITY = 232448
+# Shared memory of one SM (228 KiB), shared by its resident CTAs, and what the system reserves per resident CTA
+# (CUDA programming guide, compute capability 9.0): one CTA gets SM_SMEM_BYTES - CTA_RESERVED_SMEM = SMEM_CAPACITY.
+SM_SMEM_BYTES = 233472
+CTA_RESERVED_SMEM = 1024
 # Per-stage mainloop overhead: PipelineTmaAsync's full and empty mbarriers (2 x 8 bytes), as CUTLASS counts it.
 STAGE_BARRIER_BYTES = 16
 # The TMA epilogue's shared storage beyond its D buffers (their alignment to the swizzle pattern, its barriers):
@@ -76,6 +82,10 @@ EPILOGUE_SMEM_PAD_PER_SWIZZLE_BYTE = 16
 # rounded up. Both constants are measured with probe_source() (sizeof(GemmKernel::SharedStorage), nvcc 13.0 +
 # CUTLASS 4.2), and tests/kernels/test_sm90.py checks that the model never underestimates CUTLASS.
 KERNEL_SMEM_OVERHEAD = 512
+# The one-tile-per-CTA kernels' SharedStorage (the tensors' union, then the pipelines' barriers) is sized to a multiple
+# of its alignment, up to 1024 bytes (a 128-byte-swizzled TMA epilogue buffer's): CUTLASS 66560 bytes for a basic
+# 128x128 tile with 2 stages and 128-column epilogue subtiles, where tensors and barriers take ~65600 (probe_source).
+ONE_TILE_SMEM_ALIGN = 1024
 # Accumulator registers per consumer thread (32-bit words) above which the tile spills: the consumer warpgroups get
 # 232-240 registers (setmaxnreg) and need ~60-90 for addresses, descriptors and the epilogue. Measured (nvcc 13.0):
 # 128 compile clean; 256 (cooperative 256x256, pingpong 128x256, fp32) spill ~4.7 KB and serialise wgmma (C7511).
@@ -173,6 +183,13 @@ class Sm90Config:
     # last tiles finish, and waits on the GEMM's results in place (griddepcontrol.wait), as cuBLAS's own split-K
     # launches its reduction (benchmarks/cublas_graph.cu). Evaluator 0.3.0 allows PDL within one call. Added later.
     pdl: bool = field(default=False, metadata=ADDED_LATER)
+    # One-tile-per-CTA schedules with stages = 0 only: as many stages as let this many CTAs share an SM's shared
+    # memory (1: as many as fit one CTA). The auto stage count fills the SM with one CTA, so a basic kernel's epilogue
+    # left its SM's tensor cores idle; with 2-4 resident CTAs another tile's mainloop runs meanwhile, as pingpong does
+    # within one CTA. Explicit 2-CTA basic configs beat every other kernel on 10 grid shapes by 1.01-1.14x
+    # (RESULTS, nineteenth session); this names that cut for every tile. ptxas may still give a CTA more registers
+    # than k of them can share (256 threads x registers <= 65536 / k): the compile record shows them. Added later.
+    ctas_per_sm: int = field(default=1, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -201,6 +218,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     # 0 (CUTLASS's choice) or a multiple of 16 (CUTLASS's static_assert) that divides BN: prune() says which.
     "epi_n": (0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
     "pdl": (False, True),
+    "ctas_per_sm": (1, 2, 3, 4),
 }
 
 
@@ -285,10 +303,18 @@ def epilogue_smem_bytes(cfg: Sm90Config) -> int:
     return stages_d * epi_m * epi_n * d_bytes(cfg) + EPILOGUE_SMEM_PAD_PER_SWIZZLE_BYTE * swizzle_width
 
 
+def smem_budget(cfg: Sm90Config) -> int:
+    """Shared memory one CTA may take, bytes: SMEM_CAPACITY, or with `ctas_per_sm` = k its share of the SM."""
+    return min(SMEM_CAPACITY, SM_SMEM_BYTES // cfg.ctas_per_sm - CTA_RESERVED_SMEM)
+
+
 def pipeline_stages(cfg: Sm90Config) -> int:
-    """The stage count CUTLASS will use: cfg.stages, or for 0 what StageCountAutoCarveout computes."""
+    """The stage count CUTLASS will use: cfg.stages, or for 0 what StageCountAutoCarveout computes, or with
+    `ctas_per_sm` > 1 the most whose one-tile kernel (mainloop and epilogue in one union) fits smem_budget()."""
     if cfg.stages:
         return cfg.stages
+    if cfg.ctas_per_sm > 1:  # smem_bytes() of the one-tile kernels: the union, barriers, rounded up to the alignment
+        return (smem_budget(cfg) // ONE_TILE_SMEM_ALIGN * ONE_TILE_SMEM_ALIGN - KERNEL_SMEM_OVERHEAD) // stage_bytes(cfg)
     carveout = _round_up(epilogue_smem_bytes(cfg), 128)
     return (SMEM_CAPACITY // 128 * 128 - carveout) // stage_bytes(cfg)
 
@@ -298,8 +324,9 @@ def smem_bytes(cfg: Sm90Config) -> int:
     kernels keep the mainloop's and the epilogue's buffers in one union (their one tile's epilogue runs after its
     mainloop), the persistent ones side by side."""
     mainloop, epilogue = pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)
-    tensors = max(mainloop, epilogue) if cfg.schedule in ONE_TILE_PER_CTA else mainloop + epilogue
-    return tensors + KERNEL_SMEM_OVERHEAD
+    if cfg.schedule in ONE_TILE_PER_CTA:
+        return _round_up(max(mainloop, epilogue) + KERNEL_SMEM_OVERHEAD, ONE_TILE_SMEM_ALIGN)
+    return mainloop + epilogue + KERNEL_SMEM_OVERHEAD
 
 
 def acc_regs(cfg: Sm90Config) -> int:
@@ -321,6 +348,9 @@ def _one_tile_problem(cfg: Sm90Config) -> str | None:
         return f"the {kind} kernel launches one CTA per tile in grid order: no swizzle or raster order to choose"
     if cfg.schedule is Schedule.UNSPECIALIZED and cfg.epilogue is not Epilogue.NOSMEM:
         return "the unspecialized kernel (KernelTma) takes the no-smem epilogue only (use epilogue=nosmem)"
+    if cfg.ctas_per_sm > 1 and cfg.stages:
+        return (f"ctas_per_sm={cfg.ctas_per_sm} sets the stage count (as many as fit): stages must be 0, got "
+                f"{cfg.stages} (an explicit count is its own config)")
     return None
 
 
@@ -377,6 +407,9 @@ class Sm90Family:
             return "CUTLASS's pingpong kernel does not support the stream-K scheduler (static_assert)"
         if cfg.schedule in ONE_TILE_PER_CTA and (why := _one_tile_problem(cfg)) is not None:
             return why
+        if cfg.ctas_per_sm > 1 and cfg.schedule not in ONE_TILE_PER_CTA:
+            return (f"ctas_per_sm: the {cfg.schedule.value} kernel is persistent (one CTA per SM walks the tiles); "
+                    "only the one-tile-per-CTA schedules (basic, unspecialized) put several CTAs on an SM")
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
                     f"portable {MAX_CLUSTER_CTAS}")
@@ -391,15 +424,16 @@ class Sm90Family:
                     f"{cfg.acc.value} tile under {cfg.schedule.value}: it would spill")
         stages = pipeline_stages(cfg)
         if stages < 2:
-            return (f"only {stages} stage(s) of {stage_bytes(cfg)} bytes fit in {SMEM_CAPACITY} bytes of shared "
+            return (f"only {stages} stage(s) of {stage_bytes(cfg)} bytes fit in {smem_budget(cfg)} bytes of shared "
                     "memory; CUTLASS's mainloop needs >= 2")
         if cfg.schedule is Schedule.UNSPECIALIZED and stages < 3:
             # MainloopSm90TmaGmma keeps one stage for the wgmmas in flight and asserts K_PIPE_MMAS < stages - 1:
             # with 2 the TMA would have no stage to load ahead into (a compile error on the H200, nineteenth session).
             return (f"the unspecialized mainloop (KernelTma) needs >= 3 stages: one for the wgmmas in flight, the rest "
                     f"for TMA loads ahead (static_assert); got {stages}")
-        if (smem := smem_bytes(cfg)) > SMEM_CAPACITY:
-            return f"needs ~{smem} bytes of shared memory ({stages} stages); an sm_90 CTA has {SMEM_CAPACITY}"
+        if (smem := smem_bytes(cfg)) > smem_budget(cfg):
+            share = f"{cfg.ctas_per_sm} CTAs per SM leave one" if cfg.ctas_per_sm > 1 else "an sm_90 CTA has"
+            return f"needs ~{smem} bytes of shared memory ({stages} stages); {share} {smem_budget(cfg)}"
         return None
 
     def like_cublaslt(self, lt: LtAlgo) -> list[Sm90Config]:
@@ -480,10 +514,13 @@ class Sm90Family:
     def settle(self, cfg: Sm90Config) -> Sm90Config:
         """A one-tile-per-CTA config with the persistent scheduler tag, no swizzle and the heuristic raster order, an
         unspecialized one also with the no-smem epilogue (no epilogue subtile): the one kernel its tile, cluster and
-        the rest render to (`_one_tile_problem` names the others)."""
+        the rest render to (`_one_tile_problem` names the others). `ctas_per_sm` back to 1 where it means nothing:
+        under a persistent schedule, and beside an explicit stage count (a parent with ctas_per_sm 2 that steps to 4
+        stages gets 4 stages)."""
         if cfg.schedule not in ONE_TILE_PER_CTA:
-            return cfg
-        cfg = replace(cfg, scheduler=Scheduler.PERSISTENT, swizzle=1, raster=Raster.HEURISTIC)
+            return replace(cfg, ctas_per_sm=1)
+        cfg = replace(cfg, scheduler=Scheduler.PERSISTENT, swizzle=1, raster=Raster.HEURISTIC,
+                      ctas_per_sm=1 if cfg.stages else cfg.ctas_per_sm)
         return replace(cfg, epilogue=Epilogue.NOSMEM, epi_n=0) if cfg.schedule is Schedule.UNSPECIALIZED else cfg
 
     def rerender_gain(self, cfg: Sm90Config) -> float:
@@ -509,6 +546,23 @@ FAMILY = Sm90Family()
 # ----------------------------------------------------------------------------------------------- rendering
 
 
+def _shown_smem_bytes(cfg: Sm90Config) -> int:
+    """The shared memory estimate a source's header shows: smem_bytes() without ONE_TILE_SMEM_ALIGN's rounding where
+    ctas_per_sm is 1, as every one-tile source stored before that rounding showed it (so they keep their hashes)."""
+    if cfg.schedule in ONE_TILE_PER_CTA and cfg.ctas_per_sm == 1:
+        return max(pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)) + KERNEL_SMEM_OVERHEAD
+    return smem_bytes(cfg)
+
+
+def _stages_desc(cfg: Sm90Config) -> str:
+    if cfg.stages:
+        return str(cfg.stages)
+    if cfg.ctas_per_sm > 1:
+        return (f"as many as fit {cfg.ctas_per_sm} CTAs per SM ({smem_budget(cfg)} bytes of shared memory each): "
+                f"{pipeline_stages(cfg)}")
+    return "auto (as many as fit beside the epilogue)"
+
+
 def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     coop = cfg.schedule is Schedule.COOPERATIVE
     kernel = {Schedule.COOPERATIVE: "KernelTmaWarpSpecializedCooperative",
@@ -521,7 +575,7 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
     stages = (
         "cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename "
         "CollectiveEpilogue::SharedStorage))>"
-        if cfg.stages == 0 else f"cutlass::gemm::collective::StageCount<{cfg.stages}>"
+        if cfg.stages == 0 and cfg.ctas_per_sm == 1 else f"cutlass::gemm::collective::StageCount<{pipeline_stages(cfg)}>"
     )
     scheduler = "StreamKScheduler" if cfg.scheduler is Scheduler.STREAMK else "PersistentScheduler"
     # Split-K through the stream-K scheduler: `splits` K ranges per tile, partials reduced in the workspace in a
@@ -596,8 +650,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "bm": str(cfg.bm), "bn": str(cfg.bn), "bk": str(cfg.bk),
         "cm": str(cfg.cluster_m), "cn": str(cfg.cluster_n),
         "schedule": cfg.schedule.value, "scheduler_name": cfg.scheduler.value, "epilogue_name": cfg.epilogue.value,
-        "stages_desc": "auto (as many as fit beside the epilogue)" if cfg.stages == 0 else str(cfg.stages),
-        "stages_est": str(pipeline_stages(cfg)), "smem_est": str(smem_bytes(cfg)),
+        "stages_desc": _stages_desc(cfg),
+        "stages_est": str(pipeline_stages(cfg)), "smem_est": str(_shown_smem_bytes(cfg)),
         "swizzle": str(cfg.swizzle), "acc": cfg.acc.value,
         "acc_type": "float" if cfg.acc is Acc.FP32 else "cutlass::half_t",
         "kernel": kernel, "epilogue": epilogue, "stage_count": stages,

@@ -7,6 +7,7 @@ figures (~20 s); everything else is Python.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import os
@@ -23,6 +24,7 @@ from cudal2.kernels.sm90 import (
     EXTENDED_GMMA_GAIN,
     FAMILY,
     KERNEL_SMEM_OVERHEAD,
+    ONE_TILE_SMEM_ALIGN,
     SMEM_CAPACITY,
     Epilogue,
     Raster,
@@ -36,6 +38,7 @@ from cudal2.kernels.sm90 import (
     epilogue_rows,
     pipeline_stages,
     probe_source,
+    smem_budget,
     smem_bytes,
     stage_bytes,
 )
@@ -45,7 +48,7 @@ from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.runner import RunLimits
 from cudal2.sandbox.static_check import check_source, spells_programmatic_launch
 from cudal2.sandbox.types import Acc, Status, Task
-from cudal2.tune_search import estimate_us
+from cudal2.tune_search import Candidate, estimate_us, one_step
 
 ARCH = "sm_90a"
 DEFAULT = FAMILY.default()
@@ -149,6 +152,9 @@ def test_config_names_are_distinct_and_stable():
          "unspecialized kernel takes no stream-K scheduler"),
         (cfg(schedule=Schedule.UNSPECIALIZED, bm=128, bn=256, epilogue=Epilogue.NOSMEM), "256 accumulator registers"),
         (cfg(schedule=Schedule.UNSPECIALIZED, bm=64, bn=128, epilogue=Epilogue.NOSMEM, stages=2), "needs >= 3 stages"),
+        (cfg(bn=128, ctas_per_sm=2), "the cooperative kernel is persistent"),
+        (cfg(schedule=Schedule.BASIC, bm=64, bn=128, stages=4, ctas_per_sm=2), "stages must be 0, got 4"),
+        (cfg(schedule=Schedule.BASIC, bm=128, bn=256, bk=128, acc=Acc.FP16, ctas_per_sm=4), "only 0 stage(s)"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
@@ -163,21 +169,78 @@ def test_unspecialized_takes_three_stages_or_more():
     assert FAMILY.prune(replace(two, stages=3), ARCH) is None
 
 
+def test_ctas_per_sm_takes_the_stages_that_fit_that_many_ctas():
+    """ctas_per_sm = k on a one-tile-per-CTA schedule: the most stages whose kernel fits 1/k of an SM's shared memory
+    (less the per-CTA reservation), rendered as an explicit StageCount; 1 renders the auto carveout as before."""
+    one = cfg(schedule=Schedule.BASIC, bm=64, bn=128, cluster_n=1)
+    assert pipeline_stages(one) == 9 and smem_budget(one) == SMEM_CAPACITY
+    for k, stages in ((2, 4), (3, 3), (4, 2)):
+        c = replace(one, ctas_per_sm=k)
+        assert FAMILY.prune(c, ARCH) is None and pipeline_stages(c) == stages, k
+        budget = smem_budget(c)
+        assert budget == 233472 // k - 1024 and smem_bytes(c) <= budget
+        assert smem_bytes(replace(c, stages=stages + 1, ctas_per_sm=1)) > budget  # one stage more would not fit
+        src = FAMILY.render(c)
+        assert f"StageCount<{stages}>" in src and f"as many as fit {k} CTAs per SM" in src and check_source(src) == []
+        assert config_name(FAMILY, c).endswith(f"-ctas_per_sm{k}")
+    assert "StageCountAutoCarveout" in FAMILY.render(one) and "ctas_per_sm" not in FAMILY.render(one)
+    # unspecialized needs 3 stages: 64x128 fits 3 CTAs, not 4
+    plain = replace(one, schedule=Schedule.UNSPECIALIZED, epilogue=Epilogue.NOSMEM)
+    assert FAMILY.prune(replace(plain, ctas_per_sm=3), ARCH) is None
+    assert "got 2" in FAMILY.prune(replace(plain, ctas_per_sm=4), ARCH)
+
+
+@pytest.mark.parametrize(
+    "params, stored_hash",
+    [  # configs of the committed H200 store and the sha256 of the source each was measured as
+        (dict(bm=64, bn=64, cluster_n=2, schedule="basic", stages=0),
+         "ff1b890777e464fc96a95ab608b2ed18ea15b43c44bc0bad239a7d88774e3a3a"),
+        (dict(bm=128, bn=128, cluster_n=1, schedule="basic", stages=4),
+         "329cd58bfea55529e24b99ae9ed24ddcdd4dd2a331ceb3a7726f81a7c9c944f3"),
+        (dict(bm=128, bn=128, cluster_n=2, schedule="unspecialized", stages=0, epilogue="nosmem"),
+         "c8807fa163e9dc733c2bce8154ffe941560c8acccf7b3649f1e9d727ad00a487"),
+    ],
+)
+def test_one_tile_sources_render_as_stored(params, stored_hash):
+    """ctas_per_sm and the one-tile smem alignment came after these were measured: their sources must not change, or
+    the store's results would no longer count for them (the header's smem estimate stays unrounded at ctas_per_sm 1)."""
+    base = dict(bk=64, cluster_m=1, scheduler="persistent", epilogue="tma", swizzle=1, acc="fp32", splits=1)
+    source = FAMILY.render(FAMILY.make({**base, **params}))
+    assert hashlib.sha256(source.encode()).hexdigest() == stored_hash
+
+
+def test_settle_drops_ctas_per_sm_where_it_means_nothing():
+    two = cfg(schedule=Schedule.BASIC, bm=64, bn=128, cluster_n=1, ctas_per_sm=2)
+    assert FAMILY.settle(two) == two
+    assert FAMILY.settle(replace(two, schedule=Schedule.PINGPONG)).ctas_per_sm == 1
+    assert FAMILY.settle(replace(two, stages=4)) == replace(two, stages=4, ctas_per_sm=1)
+    # one step along ctas_per_sm from a basic auto-stage winner: its 2, 3 and 4 CTA twins; from an explicit count or a
+    # persistent winner: none
+    parent = Candidate(FAMILY, replace(two, ctas_per_sm=1))
+    assert [c.cfg.ctas_per_sm for c in one_step(parent, ARCH, ("ctas_per_sm",))] == [2, 3, 4]
+    assert one_step(Candidate(FAMILY, replace(two, stages=4, ctas_per_sm=1)), ARCH, ("ctas_per_sm",)) == []
+    assert one_step(Candidate(FAMILY, cfg(bn=128)), ARCH, ("ctas_per_sm",)) == []
+    # a 2-CTA parent stepping to explicit stages gets them
+    assert (4, 1) in [(c.cfg.stages, c.cfg.ctas_per_sm) for c in one_step(Candidate(FAMILY, two), ARCH, ("stages",))]
+
+
 def test_prune_refuses_other_archs():
     for arch in ("sm_80", "sm_90", "sm_100a"):
         assert "sm_90a" in FAMILY.prune(DEFAULT, arch)
 
 
 def test_prune_is_consistent_with_the_models_over_the_space():
-    # Every 743rd config (743 is prime to every dimension's size, so the walk visits every value of each): the whole
-    # product is ~540M configs since raster, cluster 4, more tile and split sizes, swap_ab and epi_n came.
+    # Every 2971st config (a prime, so prime to every dimension's size: the walk visits every value of each): the
+    # whole product is ~8.7G configs since raster, cluster 4, more tile and split sizes, swap_ab, epi_n and
+    # ctas_per_sm came (the step grew 4x with ctas_per_sm's 4 values, keeping the walk at ~2.9M configs).
     kept, total = 0, 0
-    for c in every_config(step=743):
+    for c in every_config(step=2971):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
             kept += 1
-            assert smem_bytes(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
+            assert smem_bytes(c) <= smem_budget(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
+            assert c.ctas_per_sm == 1 or (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and c.stages == 0)
             assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
             assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
             assert not (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and (c.scheduler, c.swizzle, c.raster)
@@ -187,10 +250,11 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert c.cluster_m * c.cluster_n <= 8
         else:
             assert why and "\n" not in why
-    assert total > space_size() // 743 - 1
-    # ~0.8%: split-K, stream-K and the atomic reduction need each other, an epi_n must divide BN, and the one-tile
-    # schedules take no swizzle or raster order (unspecialized only the no-smem epilogue)
-    assert 0.005 * total < kept < 0.5 * total
+    assert total > space_size() // 2971 - 1
+    # ~0.2%: split-K, stream-K and the atomic reduction need each other, an epi_n must divide BN, the one-tile
+    # schedules take no swizzle or raster order (unspecialized only the no-smem epilogue), and ctas_per_sm > 1 (3/4 of
+    # the product) only those schedules with stages 0
+    assert 0.001 * total < kept < 0.5 * total
 
 
 def test_fp16_accumulators_take_half_the_registers():
@@ -277,7 +341,8 @@ def test_unspecialized_schedule_renders_cutlass_kernel_tma():
     producer line of the other schedules' sources is unchanged (it is part of their stored hashes)."""
     plain = cfg(bm=128, bn=128, cluster_n=2, schedule=Schedule.UNSPECIALIZED, epilogue=Epilogue.NOSMEM)
     assert FAMILY.prune(plain, ARCH) is None and acc_regs(plain) == 128
-    assert smem_bytes(plain) == pipeline_stages(plain) * stage_bytes(plain) + KERNEL_SMEM_OVERHEAD  # the union
+    union = pipeline_stages(plain) * stage_bytes(plain) + KERNEL_SMEM_OVERHEAD  # the union, then its alignment
+    assert smem_bytes(plain) == -(-union // ONE_TILE_SMEM_ALIGN) * ONE_TILE_SMEM_ALIGN
     src = FAMILY.render(plain)
     for piece in ("cutlass::gemm::KernelTma>::CollectiveOp;", "kernel schedule    = unspecialized (KernelTma)",
                   "PersistentScheduler: only the tag, one CTA per tile", "Not persistent: one CTA per output tile",
@@ -616,6 +681,11 @@ PROBE_SAMPLE = [
     cfg(bm=64, bn=128, schedule=Schedule.PINGPONG, cluster_n=1, epi_n=128),
     cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
     cfg(bm=128, bn=256, epi_n=256),  # one 64 KiB subtile: 3 stages fit beside it instead of 4
+    # Several CTAs per SM (one tile each): the stages that fit 1/k of the SM (a CUTLASS stage count under 2 does not
+    # compile, so every one here is valid).
+    cfg(bm=64, bn=128, schedule=Schedule.BASIC, cluster_n=1, ctas_per_sm=2),
+    cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=2, epi_n=128, ctas_per_sm=3),
+    cfg(bm=64, bn=64, schedule=Schedule.UNSPECIALIZED, cluster_n=1, epilogue=Epilogue.NOSMEM, ctas_per_sm=4),
 ]
 
 
@@ -633,7 +703,7 @@ def test_smem_model_matches_cutlass(tmp_path):
         name = config_name(FAMILY, c)
         assert stages == pipeline_stages(c), name
         assert smem <= smem_bytes(c) < smem + 2048, f"{name}: CUTLASS {smem} bytes, model {smem_bytes(c)}"
-        assert (FAMILY.prune(c, ARCH) is None) == (smem <= SMEM_CAPACITY), name
+        assert (FAMILY.prune(c, ARCH) is None) == (smem <= smem_budget(c)), name
 
 
 # ----------------------------------------------------------------------------------------------------- GPU
@@ -672,6 +742,8 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM),
     cfg(bm=64, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM, splits=4, pdl=True,
         swap_ab=True),
+    # Two one-tile CTAs per SM (4 stages each, explicit StageCount).
+    cfg(bm=64, bn=128, schedule=Schedule.BASIC, cluster_n=1, ctas_per_sm=2),
     cfg(bm=128, bn=144, cluster_m=2, cluster_n=1),  # cuBLASLt's 128x144
     # Explicit epilogue subtiles: a whole 128x176 tile at once, and 96 columns of fp32 partials, operands swapped.
     cfg(bm=128, bn=176, cluster_m=2, cluster_n=1, epi_n=176),
