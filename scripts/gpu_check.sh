@@ -24,7 +24,7 @@
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
-#           grid's) best kernels in server and wallclock mode, CONFIRM=1 the grid's chosen kernels once more offline (CONFIRM_MINUTES, 6)
+#           grid's) best kernels in server and wallclock mode, CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
 #           `cat` them into GRID_STORE to commit it)
@@ -216,11 +216,14 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_offline.md" \
       >/dev/null 2>&1
   fi
-  if [[ ${CONFIRM:-0} != 0 ]]; then  # each grid shape's chosen kernel timed once more, offline, in a new evaluation
-    python3 -m cudal2.cli remeasure --shapes data/grid.csv --mode confirm --db "$db" --target-ms 20 \
-      --budget-minutes "${CONFIRM_MINUTES:-6}" 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
-    python3 -m cudal2.cli report --shapes data/grid.csv --mode confirm --db "$db" \
-      --out /tmp/grid-out/report_grid_confirm.md >/dev/null 2>&1 || echo "report grid confirm: exit $?"
+  if [[ ${CONFIRM:-0} != 0 ]]; then  # each shape's chosen kernel timed once more, offline, in a new evaluation
+    for set in ${CONFIRM_SETS:-data/grid.csv data/llm_shapes.csv}; do
+      name=$(basename "$set" .csv)
+      python3 -m cudal2.cli remeasure --shapes "$set" --mode confirm --db "$db" --target-ms 20 \
+        --budget-minutes "${CONFIRM_MINUTES:-6}" 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+      python3 -m cudal2.cli report --shapes "$set" --mode confirm --db "$db" \
+        --out "/tmp/grid-out/report_${name}_confirm.md" >/dev/null 2>&1 || echo "report $name confirm: exit $?"
+    done
   fi
   for set in data/grid.csv data/llm_shapes.csv; do
     name=$(basename "$set" .csv)
