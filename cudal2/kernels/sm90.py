@@ -185,8 +185,8 @@ class Sm90Config:
     pdl: bool = field(default=False, metadata=ADDED_LATER)
     # One-tile-per-CTA schedules with stages = 0 only: as many stages as let this many CTAs share an SM's shared
     # memory (1: as many as fit one CTA). The auto stage count fills the SM with one CTA, so a basic kernel's epilogue
-    # left its SM's tensor cores idle; with 2-4 resident CTAs another tile's mainloop runs meanwhile, as pingpong does
-    # within one CTA. Explicit 2-CTA basic configs beat every other kernel on 10 grid shapes by 1.01-1.14x
+    # leaves its SM's tensor cores idle; with 2-4 resident CTAs another tile's mainloop can run meanwhile, as pingpong's
+    # does within one CTA (not profiled yet). Explicit 2-CTA basic configs beat every other kernel on 10 grid shapes by 1.01-1.14x
     # (RESULTS, nineteenth session); this names that cut for every tile. ptxas may still give a CTA more registers
     # than k of them can share (256 threads x registers <= 65536 / k): the compile record shows them. Added later.
     ctas_per_sm: int = field(default=1, metadata=ADDED_LATER)
