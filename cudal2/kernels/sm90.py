@@ -323,10 +323,15 @@ def smem_bytes(cfg: Sm90Config) -> int:
     """Estimated dynamic shared memory of the kernel, bytes (the model prune() decides on). The one-tile-per-CTA
     kernels keep the mainloop's and the epilogue's buffers in one union (their one tile's epilogue runs after its
     mainloop), the persistent ones side by side."""
+    unaligned = _unaligned_smem_bytes(cfg)
+    return _round_up(unaligned, ONE_TILE_SMEM_ALIGN) if cfg.schedule in ONE_TILE_PER_CTA else unaligned
+
+
+def _unaligned_smem_bytes(cfg: Sm90Config) -> int:
+    """smem_bytes() before the one-tile kernels' rounding to ONE_TILE_SMEM_ALIGN: tensors plus the overhead."""
     mainloop, epilogue = pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)
-    if cfg.schedule in ONE_TILE_PER_CTA:
-        return _round_up(max(mainloop, epilogue) + KERNEL_SMEM_OVERHEAD, ONE_TILE_SMEM_ALIGN)
-    return mainloop + epilogue + KERNEL_SMEM_OVERHEAD
+    tensors = max(mainloop, epilogue) if cfg.schedule in ONE_TILE_PER_CTA else mainloop + epilogue
+    return tensors + KERNEL_SMEM_OVERHEAD
 
 
 def acc_regs(cfg: Sm90Config) -> int:
@@ -549,9 +554,7 @@ FAMILY = Sm90Family()
 def _shown_smem_bytes(cfg: Sm90Config) -> int:
     """The shared memory estimate a source's header shows: smem_bytes() without ONE_TILE_SMEM_ALIGN's rounding where
     ctas_per_sm is 1, as every one-tile source stored before that rounding showed it (so they keep their hashes)."""
-    if cfg.schedule in ONE_TILE_PER_CTA and cfg.ctas_per_sm == 1:
-        return max(pipeline_stages(cfg) * stage_bytes(cfg), epilogue_smem_bytes(cfg)) + KERNEL_SMEM_OVERHEAD
-    return smem_bytes(cfg)
+    return _unaligned_smem_bytes(cfg) if cfg.ctas_per_sm == 1 else smem_bytes(cfg)
 
 
 def _stages_desc(cfg: Sm90Config) -> str:

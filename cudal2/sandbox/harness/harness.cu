@@ -437,7 +437,7 @@ static double now_ms() {
 }
 
 // How long cudaDeviceSynchronize waited (host wall clock, ms), and whether this thread was off its CPU for part of it
-// (`preempted`). On a loaded host, e.g. while the tuner runs one nvcc per core, a preemption can stall the thread
+// (`off_cpu`). On a loaded host, e.g. while the tuner runs one nvcc per core, a preemption can stall the thread
 // for a scheduler slice (~1 ms) after an instant sync; that wait says nothing about the GPU. An involuntary context
 // switch shows a preemption; a thread that blocked instead (a page fault, a lock in the driver) shows as CPU time well
 // under the wall time: the sync spins while the GPU works (cudaDeviceScheduleAuto spins while the process's threads
@@ -445,7 +445,7 @@ static double now_ms() {
 // 0.60 ms wait with no involuntary switch (3 such results in 117,958 stored, RESULTS nineteenth session).
 struct SyncWait {
   double ms;
-  bool preempted;
+  bool off_cpu;
 };
 
 static double thread_cpu_ms(const rusage& r) {
@@ -504,11 +504,11 @@ static bool checked_call_once(Ctx& c, TaskBufs& b, Outcome& out, const char* wha
   ck(cudaStreamSynchronize(c.s), "candidate call");  // a candidate's illegal address surfaces here
   const SyncWait idle = timed_device_sync();
   if (c.spec.checks && idle.ms > 0.5) {
-    unclear = idle.preempted;
+    unclear = idle.off_cpu;
     return out.fail("rejected_behaviour",
                     fmt("%s: GPU work still running %.2f ms after the call's stream finished (work on another "
                         "stream or launched later)%s", what, idle.ms,
-                        idle.preempted ? "; the harness thread was off its CPU during every one of these checks" : ""));
+                        idle.off_cpu ? "; the harness thread was off its CPU during every one of these checks" : ""));
   }
   if (c.spec.checks) {
     usleep(300);  // give a late launcher (host thread, callback) a chance to show itself
