@@ -1,7 +1,7 @@
 """Which tuning runs set new per-shape bests in a result store, and with which kinds of kernel: CPU only.
 
     python3 benchmarks/new_bests.py --since UNIX_SECONDS [--db benchmarks/stores/h200_grid.sqlite.gz] [--gpu h200]
-                                    [--shapes CSV] [--gap 45]
+                                    [--shapes CSV] [--gap 45] [--by PARAM ...]
 
 A result is a new best when its offline median beats every earlier verified offline result of its shape (fp32 and
 fp16 accumulation apart). The store does not record which `cudal2 tune --strategy` proposed a result, only when it
@@ -9,8 +9,9 @@ was measured: the verified offline results after --since, in time order, are cut
 seconds pass without one (within a `cudal2 tune` round results came at most ~35 s apart on the H200 while later
 configs compiled; between rounds the next plan, the reports and the next device call took a minute or more). The
 cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel
-(its family, and sm90's schedule) the same counts say which kind the new winners were. --shapes limits the count to
-a shape set's shapes (default: every stored shape).
+(its family, and sm90's schedule) the same counts say which kind the new winners were; --by PARAM (repeatable) splits
+the kinds further by that config parameter's value (e.g. --by ctas_per_sm; a config without the parameter keeps its
+kind). --shapes limits the count to a shape set's shapes (default: every stored shape).
 """
 
 from __future__ import annotations
@@ -61,16 +62,18 @@ class Tally:
         self.new_bests += new_best
 
 
-def _kind(family: str | None, params_json: str | None) -> str:
+def _kind(family: str | None, params_json: str | None, by: tuple[str, ...] = ()) -> str:
+    """'family[ schedule][ PARAM=value ...]' for the parameters of `by` the config has."""
     if family is None:
         return "?"
-    schedule = json.loads(params_json or "{}").get("schedule")
-    return f"{family} {schedule}" if schedule else family
+    params = json.loads(params_json or "{}")
+    words = [family] + ([str(params["schedule"])] if params.get("schedule") else [])
+    return " ".join(words + [f"{name}={params[name]}" for name in by if name in params])
 
 
-def load(db: Path, gpu: str, since: float) -> tuple[dict[Shape, float], list[Measured]]:
+def load(db: Path, gpu: str, since: float, by: tuple[str, ...] = ()) -> tuple[dict[Shape, float], list[Measured]]:
     """The fastest verified offline median of every shape before `since`, and every verified offline result from
-    then on, in time order."""
+    then on, in time order; their kinds split by the parameters of `by`."""
     query = ("SELECT r.m, r.n, r.k, r.acc, r.cand_median_us, r.created, r.source_hash, t.family, t.params_json"
              " FROM results r LEFT JOIN tune_configs t USING (source_hash)"
              " WHERE r.gpu = ? AND r.mode = 'offline' AND r.status = 'ok' AND r.cand_median_us IS NOT NULL")
@@ -83,7 +86,7 @@ def load(db: Path, gpu: str, since: float) -> tuple[dict[Shape, float], list[Mea
             if created < since:
                 best[shape] = min(us, best.get(shape, us))
             else:
-                after.append(Measured(shape, source_hash, _kind(family, params), us, created))
+                after.append(Measured(shape, source_hash, _kind(family, params, by), us, created))
     return best, after
 
 
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.set_defaults(shapes=None)  # every stored shape, unless a set is named
     ap.add_argument("--since", type=float, required=True, help="Unix seconds: the results from then on are tallied")
     ap.add_argument("--gap", type=float, default=45.0, help="seconds without a result that end a run")
+    ap.add_argument("--by", action="append", default=[], metavar="PARAM",
+                    help="also split the kinds by this config parameter's value (repeatable), e.g. ctas_per_sm")
     args = ap.parse_args(argv)
     db_path = Path(args.db)
     if not db_path.is_file():
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         except GpuLabelError as e:
             print(f"new_bests: {e}", file=sys.stderr)
             return 2
-        before, after = load(db, gpu, args.since)
+        before, after = load(db, gpu, args.since, tuple(args.by))
     if keep is not None:
         after = [m for m in after if m.shape[:3] in keep]
     runs, kinds = tally(before, after, args.gap)

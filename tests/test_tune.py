@@ -998,6 +998,9 @@ def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_pa
     assert [(r.evaluations, len(r.configs), r.new_bests) for r in runs] == [(2, 2, 1), (2, 2, 1)]
     assert {k: (t.evaluations, t.new_bests) for k, t in kinds.items()} == {
         "sm90_wgmma cooperative": (2, 0), "sm90_wgmma basic": (1, 1), "small": (1, 1)}
+    _, by_param = check.tally(*check.load(db, gpu, since=500.0, by=("bn", "k_unroll")), gap=45.0)
+    assert {k: t.new_bests for k, t in by_param.items()} == {  # sm90 has no k_unroll: left out of its kinds
+        "sm90_wgmma cooperative bn=128": 0, "sm90_wgmma basic bn=128": 1, "small bn=64 k_unroll=1": 1}
     table = check.table(runs, kinds).splitlines()
     assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |"
     assert table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
