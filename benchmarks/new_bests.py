@@ -10,8 +10,8 @@ seconds pass without one (within a `cudal2 tune` round results came at most ~35 
 configs compiled; between rounds the next plan, the reports and the next device call took a minute or more). The
 cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel
 (its family, and sm90's schedule) the same counts say which kind the new winners were; --by PARAM (repeatable) splits
-the kinds further by that config parameter's value (e.g. --by ctas_per_sm; a config without the parameter keeps its
-kind). --shapes limits the count to a shape set's shapes (default: every stored shape).
+the kinds further by that config parameter's value (e.g. --by ctas_per_sm; a config stored before its family gained
+the parameter counts with the parameter's default, as it was rendered; a family without it keeps its kind). --shapes limits the count to a shape set's shapes (default: every stored shape).
 """
 
 from __future__ import annotations
@@ -24,10 +24,13 @@ import tempfile
 from collections import defaultdict
 from contextlib import closing
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from cudal2.data import BadShapeFile, load_shapes
+from cudal2.kernels.family import config_params
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
+from cudal2.tune import FAMILIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wave_model_check import open_db, store_arguments  # noqa: E402  (a sibling script)
@@ -62,11 +65,21 @@ class Tally:
         self.new_bests += new_best
 
 
+def _params(family: str, params_json: str | None) -> dict[str, object]:
+    """A stored config's parameters, with the default of every one its family gained after it was stored (the JSON
+    lacks them); as stored for a family this code no longer has."""
+    stored = json.loads(params_json or "{}")
+    known = {f.name: f for f in FAMILIES}.get(family)
+    if known is None:
+        return stored
+    return {k: v.value if isinstance(v, Enum) else v for k, v in config_params(known.make(stored)).items()}
+
+
 def _kind(family: str | None, params_json: str | None, by: tuple[str, ...] = ()) -> str:
     """'family[ schedule][ PARAM=value ...]' for the parameters of `by` the config has."""
     if family is None:
         return "?"
-    params = json.loads(params_json or "{}")
+    params = _params(family, params_json)
     words = [family] + ([str(params["schedule"])] if params.get("schedule") else [])
     return " ".join(words + [f"{name}={params[name]}" for name in by if name in params])
 

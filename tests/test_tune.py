@@ -1001,6 +1001,12 @@ def test_new_bests_tallies_runs_and_kinds_against_the_shapes_earlier_best(tmp_pa
     _, by_param = check.tally(*check.load(db, gpu, since=500.0, by=("bn", "k_unroll")), gap=45.0)
     assert {k: t.new_bests for k, t in by_param.items()} == {  # sm90 has no k_unroll: left out of its kinds
         "sm90_wgmma cooperative bn=128": 0, "sm90_wgmma basic bn=128": 1, "small bn=64 k_unroll=1": 1}
+    with closing(sqlite3.connect(db)) as conn, conn:  # basic as stored before sm90 had ctas_per_sm: its default
+        params = {k: v for k, v in config_params(basic.cfg).items() if k != "ctas_per_sm"}
+        conn.execute("UPDATE tune_configs SET params_json = ? WHERE source_hash = ?",
+                     (json.dumps(params, default=str), source_hash(basic.family.render(basic.cfg))))
+    _, by_ctas = check.tally(*check.load(db, gpu, since=500.0, by=("ctas_per_sm",)), gap=45.0)
+    assert set(by_ctas) == {"sm90_wgmma cooperative ctas_per_sm=1", "sm90_wgmma basic ctas_per_sm=1", "small"}
     table = check.table(runs, kinds).splitlines()
     assert table[2] == "| 1 (+0 s, 10 s) | 2 | 2 | 1 | 0.500 |"
     assert table[3] == "| 2 (+1000 s, 1 s) | 2 | 2 | 1 | 0.500 |"
