@@ -25,6 +25,7 @@ from collections import defaultdict
 from contextlib import closing
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from pathlib import Path
 
 from cudal2.data import BadShapeFile, load_shapes
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wave_model_check import open_db, store_arguments  # noqa: E402  (a sibling script)
 
 Shape = tuple[int, int, int, str]  # M, N, K, acc
+FAMILY_BY_NAME = {f.name: f for f in FAMILIES}
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,13 @@ def _params(family: str, params_json: str | None) -> dict[str, object]:
     """A stored config's parameters, with the default of every one its family gained after it was stored (the JSON
     lacks them); as stored for a family this code no longer has."""
     stored = json.loads(params_json or "{}")
-    known = {f.name: f for f in FAMILIES}.get(family)
+    known = FAMILY_BY_NAME.get(family)
     if known is None:
         return stored
     return {k: v.value if isinstance(v, Enum) else v for k, v in config_params(known.make(stored)).items()}
 
 
+@cache  # once per stored config, not per result
 def _kind(family: str | None, params_json: str | None, by: tuple[str, ...] = ()) -> str:
     """'family[ schedule][ PARAM=value ...]' for the parameters of `by` the config has."""
     if family is None:
