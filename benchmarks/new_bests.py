@@ -11,7 +11,8 @@ configs compiled; between rounds the next plan, the reports and the next device 
 cut is a heuristic: read the runs next to the device log's own "N new per-shape bests" lines. Per kind of kernel
 (its family, and sm90's schedule) the same counts say which kind the new winners were; --by PARAM (repeatable) splits
 the kinds further by that config parameter's value (e.g. --by ctas_per_sm; a config stored before its family gained
-the parameter counts with the parameter's default, as it was rendered; a family without it keeps its kind). --shapes limits the count to a shape set's shapes (default: every stored shape).
+the parameter counts with the parameter's default, as it was rendered; a family without it keeps its kind). --shapes
+limits the count to a shape set's shapes (default: every stored shape).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from functools import cache
 from pathlib import Path
 
 from cudal2.data import BadShapeFile, load_shapes
-from cudal2.kernels.family import config_params
+from cudal2.kernels.family import BadConfig, config_params
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
 from cudal2.tune import FAMILIES
 
@@ -69,12 +70,17 @@ class Tally:
 
 def _params(family: str, params_json: str | None) -> dict[str, object]:
     """A stored config's parameters, with the default of every one its family gained after it was stored (the JSON
-    lacks them); as stored for a family this code no longer has."""
+    lacks them); as stored for a family this code no longer has, or a config outside its family's space today (as
+    tune.stored_candidates and carry skip those, make() refuses them)."""
     stored = json.loads(params_json or "{}")
     known = FAMILY_BY_NAME.get(family)
     if known is None:
         return stored
-    return {k: v.value if isinstance(v, Enum) else v for k, v in config_params(known.make(stored)).items()}
+    try:
+        cfg = known.make(stored)
+    except BadConfig:
+        return stored
+    return {k: v.value if isinstance(v, Enum) else v for k, v in config_params(cfg).items()}
 
 
 @cache  # once per stored config, not per result
