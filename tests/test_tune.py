@@ -3,15 +3,19 @@ on a GPU a short real tuning run."""
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import itertools
 import json
 import math
+import os
 import random
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
+import tarfile
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -744,6 +748,49 @@ def test_plan_as_precompiles_what_the_gpu_run_then_proposes_and_serves_it_from_t
     shutil.rmtree(tmp_path / "build")
     again = tune.run(replace(plan, strategy=Strategy.RANDOM, plan_as="simulated"), TWO_SHAPES, out=lambda line: None)
     assert (again.submitted, again.resumed) == (2, 0) and len(list((tmp_path / "build").rglob("*.so"))) == 2
+
+
+def _commit_store(db: Path, gz: Path) -> None:
+    """db as benchmarks/stores holds it: one gzipped file (its write-ahead log checkpointed in first)."""
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    gz.write_bytes(gzip.compress(db.read_bytes(), mtime=0))
+
+
+def _precompile(tmp_path: Path, store: Path, configs: int) -> set[str]:
+    """Run scripts/precompile.sh as a user would (`configs` small configs planned on `store` by --strategy random,
+    whose first is the family's default; packed under tmp_path/packs); returns the cache keys in its pack."""
+    bin_dir = tmp_path / "bin"  # the script runs `python3`: this interpreter, with cudal2 importable
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").unlink(missing_ok=True)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K,acc,split,source\n" + "".join(f"{t.m},{t.n},{t.k},fp32,train,test\n" for t in TWO_SHAPES))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GRID_STORE": str(store), "PLAN_AS": "simulated",
+           "PRECOMPILED_DIR": str(tmp_path / "packs")}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "precompile.sh"), "2", "--shapes", str(shapes), "--family",
+                           "small", "--strategy", "random", "--max-configs", str(configs)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "packs" / "build.tar.gz") as pack:
+        return {Path(name).parent.name for name in pack.getnames() if name.endswith("candidate.so")}
+
+
+@pytest.mark.nvcc
+def test_precompile_pack_adds_on_the_same_store_and_keeps_only_what_the_plan_used_on_a_new_one(tmp_path, monkeypatch):
+    """The carried pack must not grow past the carry limit: on a changed store only the plan's own libraries stay."""
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    tune.run(_options(tmp_path, compile_only=False, max_configs=1), TWO_SHAPES, out=lambda line: None,
+             runner=SIMULATED)  # the GPU's stored results, which --plan-as plans from
+    store = tmp_path / "store.sqlite.gz"
+    _commit_store(tmp_path / "r.sqlite", store)
+    first = _precompile(tmp_path, store, configs=1)
+    both = _precompile(tmp_path, store, configs=2)  # same store: the pack grows
+    assert len(first) == 1 and len(both) == 2 and first < both
+    tune.run(_options(tmp_path, compile_only=False, max_configs=2), TWO_SHAPES, out=lambda line: None,
+             runner=SIMULATED)  # a later GPU session's results committed
+    _commit_store(tmp_path / "r.sqlite", store)
+    assert _precompile(tmp_path, store, configs=1) == first  # the default served from the pack, the other dropped
 
 
 @pytest.mark.nvcc

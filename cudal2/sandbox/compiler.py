@@ -20,6 +20,9 @@ second rename fails, and that worker discards its build and uses the winner's.
 Why verify the hash on every hit: the library is loaded and run by the harness, so a cache entry that was
 truncated (a full disk, a killed copy) or altered after the fact must not be served. A library whose sha256
 differs from meta.json is deleted and recompiled, and the result says so.
+
+An entry's directory mtime is when it was last published or served: a hit refreshes it, so the entries a run used
+are those newer than its start (how scripts/precompile.sh keeps its carried pack to the libraries a plan needs).
 """
 
 from __future__ import annotations
@@ -369,6 +372,16 @@ def _lookup(entry: Path) -> tuple[dict | None, str]:
 # ------------------------------------------------------------------------------------------------- nvcc
 
 
+def _mark_used(entry: Path) -> None:
+    """Set a served entry's mtime to now, so that a cache can be cut to what a run used (scripts/precompile.sh packs
+    only the libraries its plan looked up or compiled). A cache on a read-only mount still serves; only this record
+    of use is lost there."""
+    try:
+        os.utime(entry)
+    except PermissionError:
+        pass
+
+
 def _limits(memory_limit_bytes: int):
     def apply() -> None:  # runs in the child between fork and exec
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]
@@ -480,6 +493,7 @@ def compile_source(
     entry = cache_dir / key[:2] / key
     meta, note = _lookup(entry)
     if meta is not None:
+        _mark_used(entry)
         return _from_meta(entry, meta, key, arch, max_log_chars, cached=True)
     cache_dir.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(dir=cache_dir, prefix=".build-"))

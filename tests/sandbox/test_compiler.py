@@ -255,11 +255,13 @@ def test_compile_then_cache_hit(cache, arch):
     meta = json.loads((lib.parent / "meta.json").read_text())
     assert meta["status"] == "compiled" and meta["kernels"][0]["registers"] == first.kernels[0].registers
     assert leftovers(cache) == []
+    os.utime(lib.parent, (1e9, 1e9))  # as tar leaves an unpacked entry: with its archived mtime (2001)
 
     start = time.monotonic()
     second = compile_source(TINY, arch, cache)
     assert time.monotonic() - start < 0.5
     assert second.cached and second.seconds == 0 and second.lib_path == first.lib_path
+    assert lib.parent.stat().st_mtime > time.time() - 60  # a hit marks the entry used (what precompile.sh packs)
     assert (second.status, second.key, second.kernels) == (first.status, first.key, first.kernels)
 
 
