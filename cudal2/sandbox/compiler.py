@@ -375,10 +375,11 @@ def _lookup(entry: Path) -> tuple[dict | None, str]:
 def _mark_used(entry: Path) -> None:
     """Set a served entry's mtime to now, so that a cache can be cut to what a run used (scripts/precompile.sh packs
     only the libraries its plan looked up or compiled). A cache on a read-only mount still serves; only this record
-    of use is lost there."""
+    of use is lost there: it is bookkeeping, so no OSError of it (EROFS, EACCES, an entry another worker discarded
+    meanwhile) fails a compile that was served."""
     try:
         os.utime(entry)
-    except PermissionError:
+    except OSError:
         pass
 
 
