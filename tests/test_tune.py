@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from cudal2 import tune, tune_search
+from cudal2.data import ShapeRow, write_csv
 from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.sm80 import Reduce, Sm80Family
@@ -765,7 +766,7 @@ def _precompile(tmp_path: Path, store: Path, configs: int) -> set[str]:
     (bin_dir / "python3").unlink(missing_ok=True)
     (bin_dir / "python3").symlink_to(sys.executable)
     shapes = tmp_path / "shapes.csv"
-    shapes.write_text("M,N,K,acc,split,source\n" + "".join(f"{t.m},{t.n},{t.k},fp32,train,test\n" for t in TWO_SHAPES))
+    write_csv([ShapeRow(t.m, t.n, t.k, "fp32", "train", "test") for t in TWO_SHAPES], shapes)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GRID_STORE": str(store), "PLAN_AS": "simulated",
            "PRECOMPILED_DIR": str(tmp_path / "packs")}
     done = subprocess.run(["bash", str(ROOT / "scripts" / "precompile.sh"), "2", "--shapes", str(shapes), "--family",
