@@ -20,7 +20,17 @@ from pathlib import Path
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
-from cudal2.sandbox.types import Acc, BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
+from cudal2.sandbox.types import (
+    RUN_FAILURES,
+    Acc,
+    BadTask,
+    EvalResult,
+    Mode,
+    ShapeResult,
+    Status,
+    Task,
+    to_jsonable,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 BASELINES = ("cublas", "cublaslt_heuristic", "cublaslt_autotuned")
@@ -140,6 +150,10 @@ def _add_tune_parser(sub) -> None:
                     "fill a compile cache for it on a CPU machine")
     tu.add_argument("--vary", action="append", default=[], metavar="PARAM", help="with --strategy neighbours: "
                     "step only along this parameter (repeatable; default every parameter), e.g. --vary epi_n")
+    tu.add_argument("--retry", action="append", default=[], choices=[f.value for f in RUN_FAILURES], metavar="STATUS",
+                    help="measure again the (config, shape) pairs whose stored result has this status instead of "
+                    "resuming from it (repeatable; one of " + ", ".join(f.value for f in RUN_FAILURES) + "), e.g. "
+                    "--retry rejected_behaviour after a false positive of a run-time check")
     tu.add_argument("--cublas-kernels", default=None, metavar="REPORT", help="with --strategy cublaslt: also follow "
                     "the kernels cuBLAS's heuristic runs per shape, from benchmarks/cublas_graph.cu's output (e.g. "
                     "benchmarks/cublas_kernels_h200.txt)")
@@ -160,7 +174,7 @@ def cmd_tune(args) -> int:
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
             target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms,
-            plan_as=args.plan_as, vary=tuple(args.vary),
+            plan_as=args.plan_as, vary=tuple(args.vary), retry=frozenset(Status(r) for r in args.retry),
             cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None)
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:

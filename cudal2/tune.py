@@ -88,6 +88,9 @@ class TuneOptions:
     # propose first, and a compile cache built here serves it (precompiling on a CPU machine). Nothing is measured.
     plan_as: str | None = None
     vary: tuple[str, ...] = ()  # --strategy neighbours: step only along these parameters (() = every parameter)
+    # Stored results with these statuses are not resumed from: their (config, shape) pairs run again (a rejection by a
+    # check that has since been fixed, or by the device-idle check's rare false positive, no longer bars the config).
+    retry: frozenset[Status] = frozenset()
     # --strategy cublaslt: benchmarks/cublas_graph.cu's report of the kernels cuBLAS runs per shape on this GPU, whose
     # nvjet tiles the strategy follows too (cudal2.sandbox.cublas_kernels); None: cuBLASLt's autotuned algorithms only
     cublas_kernels: Path | None = None
@@ -304,7 +307,7 @@ class Tuner:
 
     def _eval_options(self) -> EvalOptions:
         base = EvalOptions(compile_only=self.options.compile_only, gpu_index=self.options.gpu_index,
-                           arch=self.arch, target_ms=self.options.target_ms)
+                           arch=self.arch, target_ms=self.options.target_ms, retry=self.options.retry)
         return replace(base, cache_dir=self.options.cache_dir) if self.options.cache_dir else base
 
     def _feed_cublaslt_algos(self) -> None:
@@ -429,7 +432,7 @@ class Tuner:
             return True
         for job in list(jobs):
             results = [self.store.get_result(job.source_hash, t, self.gpu.label, Mode.OFFLINE) for t in job.tasks]
-            if any(r is None for r in results):
+            if any(r is None or r.status in self.options.retry for r in results):
                 continue
             jobs.remove(job)
             self._succeeded(job, any(r.status == Status.OK for r in results))

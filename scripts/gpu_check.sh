@@ -20,6 +20,7 @@
 #           (with CUBLAS_KERNELS, a cublas_graph.cu report, also nearest to the kernels cuBLAS itself runs),
 #           MODEL_MINUTES (default 0) of `--strategy model` on MODEL_SHAPES (data/grid.csv) with
 #           2^MODEL_MIN_LOG2_MNK (0) <= MNK < 2^MODEL_MAX_LOG2_MNK (64), only the MODEL_WORST slowest (0: all),
+#           (every round with TUNE_RETRY="STATUS ...": `--retry STATUS`, the pairs stored with it measured again),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
@@ -147,8 +148,10 @@ if [[ $what == grid ]]; then
       --target-ms "${GRID_TARGET_MS:-20}" --db "$db" --out /tmp/grid-out/tune_gpu.md 2>&1 | tee "$OUT/tune.log" \
       | grep -v '^\[job' || rc=1
   fi
+  retry_args=()  # TUNE_RETRY="rejected_behaviour ...": every round measures pairs stored with these statuses again
+  for status in ${TUNE_RETRY:-}; do retry_args+=(--retry "$status"); done
   grid_tune() {  # extra cudal2 tune arguments; the log keeps every round's summary, not its per-job lines
-    python3 -m cudal2.cli tune --target-ms "${GRID_TARGET_MS:-20}" --db "$db" "$@" \
+    python3 -m cudal2.cli tune --target-ms "${GRID_TARGET_MS:-20}" --db "$db" "${retry_args[@]}" "$@" \
       > /tmp/grid-out/round.log 2>&1 || rc=1
     { echo "== cudal2 tune $*"; grep -v '^\[job\|^|' /tmp/grid-out/round.log; } | tee -a "$OUT/grid.log"
   }

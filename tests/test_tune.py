@@ -716,6 +716,33 @@ def test_gpu_path_ranks_resumes_and_reports_with_a_simulated_gpu(tmp_path, monke
     assert min(b.median_us for b in evolutionary.best) <= min(b.median_us for b in first.best)
 
 
+@pytest.mark.nvcc
+def test_retry_measures_again_the_pairs_a_stored_run_failure_answers(tmp_path, monkeypatch):
+    """A stored rejection is resumed from (the config stays barred on that shape) unless --retry names its status;
+    then the pair runs again and its new result answers from then on (the store is append-only)."""
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    options = _options(tmp_path, compile_only=False, max_configs=1)
+    tune.run(options, TWO_SHAPES, out=lambda line: None, runner=SIMULATED)
+    rejected = ShapeResult(TWO_SHAPES[0], Status.REJECTED_BEHAVIOUR, "GPU work still running 0.60 ms after the "
+                           "call's stream finished")
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        ((h, _),) = store.best(TWO_SHAPES[0], FAKE_GPU.label, baseline=None, limit=10)
+        store.put_result(h, FAKE_GPU.label, Mode.OFFLINE, rejected)
+    lines: list[str] = []
+    served = tune.run(options, TWO_SHAPES, out=lines.append, runner=SIMULATED)
+    assert (served.submitted, served.resumed) == (0, 1)
+    assert "resumed" in lines[0] and "rejected_behaviour" in lines[0], lines
+    other = tune.run(replace(options, retry=frozenset({Status.WRONG_ANSWER})), TWO_SHAPES, out=lambda line: None,
+                     runner=SIMULATED)
+    assert (other.submitted, other.resumed) == (0, 1)  # only the statuses named are measured again
+    retried = tune.run(replace(options, retry=frozenset({Status.REJECTED_BEHAVIOUR})), TWO_SHAPES,
+                       out=lambda line: None, runner=SIMULATED)
+    assert (retried.submitted, retried.resumed) == (1, 0) and retried.statuses[Status.OK.value] == 2
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        again = store.get_result(h, TWO_SHAPES[0], FAKE_GPU.label, Mode.OFFLINE)
+    assert again.status == Status.OK and again.timings["candidate"].median_us == simulated_us(h, TWO_SHAPES[0].mnk)
+
+
 def _stored_config_names(db: Path) -> set[str]:
     with closing(sqlite3.connect(db)) as conn:
         return {name for (name,) in conn.execute("SELECT config FROM tune_configs")}

@@ -82,6 +82,12 @@ class Status(str, Enum):
         return self in (Status.OK, Status.COMPILED)
 
 
+# The failures only a run on the GPU decides (the rest are decided before it, by the static rules and nvcc, and come
+# out the same every time): what `--retry` may ask to measure again.
+RUN_FAILURES: tuple[Status, ...] = (Status.RUNTIME_ERROR, Status.TIMEOUT, Status.WRONG_ANSWER,
+                                    Status.REJECTED_BEHAVIOUR)
+
+
 _MNK_RE = re.compile(r"^\s*(\d+)\s*[_x,]\s*(\d+)\s*[_x,]\s*(\d+)\s*$")
 
 # Largest dimension the evaluator accepts: 2^17 keeps every M*K, N*K and M*N element count below 2^34 and the
