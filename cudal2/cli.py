@@ -50,8 +50,16 @@ def _add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=0, help="GPU index")
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A bad argument is one line on stderr and exit 2, as every other bad input is: argparse's default prints the
+    whole usage block first, which buries the line that says what was wrong. Subcommands inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cudal2", description="RL for fast CUDA HGEMM kernels")
+    parser = _OneLineErrors(prog="cudal2", description="RL for fast CUDA HGEMM kernels")
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="compile, verify and time candidate kernels against cuBLAS")
     ev.add_argument("files", nargs="+", help="candidate .cu files (the cudal2_hgemm contract)")

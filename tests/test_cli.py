@@ -82,6 +82,19 @@ def test_corrupt_db_is_one_line_error_and_file_untouched(capsys, tmp_path):
     assert db.read_bytes() == before
 
 
-def test_argparse_errors_exit_2(capsys):
-    code, _, _ = run(capsys, "eval")
-    assert code == 2
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "cudal2: error: the following arguments are required: command"),
+        (["eval"], "cudal2 eval: error: the following arguments are required"),
+        (["eval", SEED, "--mnk", "64_64_64", "--mode", "bogus"], "cudal2 eval: error: argument --mode: invalid choice"),
+        (["tune", "--mnk", "64_64_64", "--max-configs", "abc"], "cudal2 tune: error: argument --max-configs"),
+        (["tune", "--mnk", "64_64_64", "--retry", "ok"], "cudal2 tune: error: argument --retry: invalid choice"),
+        (["pool", "bogus"], "cudal2 pool: error: argument pool_command: invalid choice"),
+    ],
+)
+def test_argparse_errors_are_one_line_and_exit_2(capsys, argv, message):
+    """Not argparse's usage block: the line that says what was wrong, and where the usage is."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and "--help)" in err and len(err.strip().splitlines()) == 1, err
