@@ -68,6 +68,11 @@ class EvalOptions:
     limits: RunLimits = field(default_factory=RunLimits)
     cache_dir: Path | None = None  # compile cache; default under the user cache dir
 
+    def answers(self, stored: ShapeResult | None) -> bool:
+        """Whether a stored result answers an evaluation with these options instead of a new measurement (the one rule
+        for the evaluator's store lookup and for what `cudal2 tune` resumes from)."""
+        return stored is not None and not self.fresh and stored.status not in self.retry
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -168,7 +173,7 @@ class Evaluator:
             if not self.options.fresh:
                 for t in tasks:
                     hit = self.store.get_result(src_hash, t, self.gpu_label, self.options.mode)
-                    if hit is not None and hit.status not in self.options.retry:
+                    if self.options.answers(hit):
                         known[t] = hit
         todo = [t for t in dict.fromkeys(tasks) if t not in known]
         if todo:
