@@ -21,11 +21,14 @@
 #           MODEL_MINUTES (default 0) of `--strategy model` on MODEL_SHAPES (data/grid.csv) with
 #           2^MODEL_MIN_LOG2_MNK (0) <= MNK < 2^MODEL_MAX_LOG2_MNK (64), only the MODEL_WORST slowest (0: all),
 #           (every round with TUNE_RETRY="STATUS ...": `--retry STATUS`, the pairs stored with it measured again),
+#           TRANSFER_MINUTES (default 2) of `--strategy transfer` on the shapes TRANSFER_MNK names ("M_N_K ...", default
+#           none; with TUNE_RETRY, the way to measure again a stored failure on those shapes),
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
-#           grid's) best kernels in server and wallclock mode, CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
+#           grid's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
+#           the end; a later call goes on where it stopped), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
 #           `cat` them into GRID_STORE to commit it)
@@ -179,6 +182,11 @@ if [[ $what == grid ]]; then
     grid_tune --shapes /tmp/grid-out/cublaslt.csv --worst "${CUBLASLT_WORST:-100}" --strategy cublaslt \
       --budget-minutes "$CUBLASLT_MINUTES" ${CUBLAS_KERNELS:+--cublas-kernels "$CUBLAS_KERNELS"}
   fi
+  if [[ -n ${TRANSFER_MNK:-} ]]; then  # named shapes: the store's winners on their neighbours
+    mnk_args=()
+    for mnk in $TRANSFER_MNK; do mnk_args+=(--mnk "$mnk"); done
+    grid_tune "${mnk_args[@]}" --strategy transfer --budget-minutes "${TRANSFER_MINUTES:-2}"
+  fi
   if [[ ${MODEL_MINUTES:-0} != 0 ]]; then  # the configs the cost model fitted on the store predicts fastest
     mnk_subset "${MODEL_SHAPES:-data/grid.csv}" "${MODEL_MIN_LOG2_MNK:-0}" "${MODEL_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/model.csv
@@ -210,9 +218,9 @@ lines = open("data/grid.csv").read().splitlines()
 print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k in keep)]))' \
       "${TUNE_PER_BUCKET:-6}" > "$sample"
     [[ $REMEASURE != grid ]] || sample=data/grid.csv
-    for mode in server wallclock; do
+    for mode in ${REMEASURE_MODES:-server wallclock}; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
-        2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+        ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_$mode.md" \
         >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
