@@ -82,16 +82,20 @@ def entries(db: Path) -> list[Entry]:
         return collect(ROWS, s, GPU, Mode.OFFLINE)
 
 
-def test_confirm_mode_reports_the_offline_winners_fresh_figure(db):
-    """Confirm: the kernel is the one the offline search chose; its figure the confirm one, never a faster confirm
-    figure of a kernel that no longer wins (that would pick the best of several again)."""
+@pytest.mark.parametrize("mode", [Mode.CONFIRM, Mode.SERVER, Mode.WALLCLOCK])
+def test_modes_after_offline_report_the_offline_winners_figure(db, mode):
+    """Confirm, server and wallclock: the kernel is the one the offline search chose; its figure the mode's, never a
+    faster figure in that mode of a kernel that no longer wins (that would pick the best of several again). A shape
+    with no verified offline result shows its fastest kernel of the mode."""
     with ResultStore(db) as s:
-        s.put_result("fast-small", GPU, "confirm", result(SMALL.task, 1.25, 4.0))  # the winner, 3.2x this time
-        s.put_result("slow-small", GPU, "confirm", result(SMALL.task, 0.5, 4.0))  # faster, but not the chosen one
-        s.put_result("mid", GPU, "confirm", failed_result(MID.task))  # a confirm run that failed: no figure
-        got = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM)}
+        s.put_result("fast-small", GPU, mode.value, result(SMALL.task, 1.25, 4.0))  # the winner, 3.2x this time
+        s.put_result("slow-small", GPU, mode.value, result(SMALL.task, 0.5, 4.0))  # faster, but not the chosen one
+        s.put_result("mid", GPU, mode.value, failed_result(MID.task))  # a run in this mode that failed: no figure
+        s.put_result("only-here", GPU, mode.value, result(MISSING.task, 0.5, 9.0))  # no offline result: fastest
+        got = {e.task: e for e in collect(ROWS, s, GPU, mode)}
     assert got[SMALL.task].kernel_hash == "fast-small" and got[SMALL.task].speedups["cublas"] == pytest.approx(3.2)
-    assert got[MID.task].result is None and got[LARGE.task].result is None  # none confirmed: missing, not scored
+    assert got[MID.task].result is None and got[LARGE.task].result is None  # not timed in the mode: missing
+    assert got[MISSING.task].kernel_hash == "only-here" and got[MISSING.task].speedups["cublas"] == pytest.approx(18)
 
 
 # -- maths -----------------------------------------------------------------------------------------------------------
