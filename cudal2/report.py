@@ -1,9 +1,9 @@
 """The leaderboard (`cudal2 report`): the best verified kernel per shape of a shape set, against the baselines.
 
 For each shape of the set the result store is asked for its fastest kernel whose newest offline result (current
-evaluator version, this GPU label) is `ok`; a report in another mode shows that kernel's figure in its mode. Speedups are the ones measured in that same evaluation: baseline median
-time over kernel median time (> 1 = the kernel is faster). A shape with no such result is *missing*: it is
-counted and listed, never scored as 1.0x.
+evaluator version, this GPU label) is `ok`; a report in another mode shows that kernel's figure in that mode.
+Speedups are the ones measured in that same evaluation: baseline median time over kernel median time (> 1 = the
+kernel is faster). A shape with no such result is *missing*: it is counted and listed, never scored as 1.0x.
 
 Baselines (the harness's timings): `cublas` is cublasGemmEx with torch's settings, the call torch.matmul makes on
 these half tensors, so it is reported as the "torch.matmul / cuBLAS" column (there is no separate torch timing);
@@ -101,9 +101,11 @@ def _best(store: ResultStore, task: Task, gpu: str, mode: Mode) -> tuple[str, Sh
     shape with no verified offline result at all (a kernel evaluated only in server mode, say) takes the fastest
     verified figure of the mode. None if there is none."""
     chosen = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
-    if mode is Mode.OFFLINE or not chosen:
-        best = chosen if mode is Mode.OFFLINE else store.best(task, gpu, mode=mode, baseline=None, limit=1)
-        return best[0] if best else None
+    if mode is Mode.OFFLINE:
+        return chosen[0] if chosen else None
+    if not chosen:
+        fastest = store.best(task, gpu, mode=mode, baseline=None, limit=1)
+        return fastest[0] if fastest else None
     result = store.get_result(chosen[0][0], task, gpu, mode)
     return (chosen[0][0], result) if result is not None and result.status is Status.OK else None
 
@@ -356,7 +358,7 @@ def _mode_note(mode: Mode) -> str:
         return (" Confirm mode: each shape's fastest offline kernel timed once more, offline, in a new evaluation "
                 "(`cudal2 remeasure --mode confirm`): one fresh figure, not the best of many.")
     return (f" {mode.value.capitalize()} mode: each shape's fastest offline kernel (the one a user deploys) timed in "
-            f"this mode (`cudal2 remeasure --mode {mode.value}`), not the fastest of every kernel timed so; a shape "
+            f"this mode (`cudal2 remeasure --mode {mode.value}`), not the fastest of all kernels timed in it; a shape "
             "with no offline result shows its fastest kernel of this mode.")
 
 
