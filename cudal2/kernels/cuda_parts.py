@@ -263,12 +263,15 @@ constexpr int REDUCE_BATCH = 8;
 
 # With programmatic dependent launch the kernel may start while the GEMM that wrote the partials still runs: it waits
 # for that GEMM's writes first (a no-op without PDL, but older sources render without the line).
-_PDL_WAIT = """    asm volatile("griddepcontrol.wait;" ::: "memory");  // the partials are the GEMM's: wait for them (PDL)
+PDL_WAIT = """    asm volatile("griddepcontrol.wait;" ::: "memory");  // the partials are the GEMM's: wait for them (PDL)
 """
+# The GEMM's side, in a hand-written kernel (CUTLASS's own kernels trigger by themselves): from here on its dependent
+# kernel may be launched; it still waits in PDL_WAIT for the whole GEMM to finish. One statement, no indentation.
+PDL_TRIGGER = 'asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // PDL: the reduction may start'
 
 
 def splitk_reduce(wait: bool = False, batched: bool = False) -> str:
     """splitk_reduce's source; `wait`: it is launched with programmatic dependent launch (sm_90 and later);
     `batched`: it loads several splits' partials before adding them (False: the one-by-one loop of older sources)."""
     sums = _SUM_BATCHED if batched else _SUM_ONE_BY_ONE
-    return _SPLITK_REDUCE.substitute(wait=_PDL_WAIT if wait else "", **sums)
+    return _SPLITK_REDUCE.substitute(wait=PDL_WAIT if wait else "", **sums)

@@ -14,7 +14,8 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
                  sums them in split order (deterministic, no atomics); or, with reduce=cluster (sm_90 only), the
                  ranges of a tile launched as one thread-block cluster that sums them in the same order through
                  distributed shared memory: no workspace, no second kernel (up to 16 ranges; over 8 the kernel opts
-                 in to non-portable cluster sizes)
+                 in to non-portable cluster sizes); with pdl (sm_90 only) the workspace reduction is launched with
+                 programmatic dependent launch: it starts while the GEMM finishes and waits for its partials in place
     any shape    the fast path needs K % 8 == 0 and 16-byte aligned A, B; otherwise the same kernel is instantiated
                  with a predicated scalar gather (each thread builds 16-byte chunks element by element)
     accumulate   fp32 (default) or fp16 (Acc.FP16: only for fp16-accuracy tasks)
@@ -82,6 +83,9 @@ class Sm80Config:
     min_blocks: int  # __launch_bounds__ minimum resident blocks per SM (caps registers at 64K / (threads * this))
     acc: Acc
     reduce: Reduce = field(default=Reduce.WORKSPACE, metadata=ADDED_LATER)  # where split-K partials are summed
+    # The workspace reduction launched with programmatic dependent launch (sm_90): a second kernel node costs ~0.6 us
+    # in graph replay (benchmarks/graph_gap.cu), which PDL overlaps with the GEMM's tail, as cuBLAS launches its own.
+    pdl: bool = field(default=False, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -127,6 +131,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "min_blocks": (1, 2),
     "acc": tuple(Acc),
     "reduce": tuple(Reduce),
+    "pdl": (False, True),
 }
 
 
@@ -170,6 +175,11 @@ class Sm80Family:
             if cfg.split_k > MAX_CLUSTER:
                 return (f"split_k={cfg.split_k} CTAs per cluster: over the {MAX_CLUSTER} that sm_90 schedules "
                         "(with the non-portable opt-in)")
+        if cfg.pdl:
+            if not arch.startswith("sm_90"):
+                return f"pdl (programmatic dependent launch, griddepcontrol) needs sm_90, not {arch}"
+            if not _reduces_in_workspace(cfg):
+                return "pdl starts split-K's reduction kernel early: only split_k > 1 with reduce=workspace has one"
         if cfg.smem_bytes > block_smem:
             parked = " or the parked fp32 tile" if cfg.reduce is Reduce.CLUSTER else ""
             return (f"shared memory {cfg.smem_bytes} B ({cfg.stages} stages x ({cfg.bm}+{cfg.bn}) x {cfg.bk} halves"
@@ -275,6 +285,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         "store_pair": cuda_parts.STORE_PAIR,
         "smem_bytes": _PIPELINE_SMEM,
         **dict.fromkeys(_CLUSTER_PARTS, ""),  # the workspace reduction: not a byte of the cluster code
+        **(_PDL_PARTS if cfg.pdl else _PLAIN_PARTS),
     }
     if cfg.reduce is Reduce.CLUSTER:
         constant_rows += [
@@ -287,7 +298,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
-    reduce = cuda_parts.splitk_reduce(batched=_reduces_in_workspace(cfg))
+    reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
 
@@ -379,6 +390,32 @@ int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int 
 }
 
 
+# pdl=False renders as sources did before the field existed (their stored results stay theirs).
+_PLAIN_PARTS = {
+    "pdl_trigger": "",
+    "reduce_launch": "splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);",
+}
+# Programmatic dependent launch: every block of the GEMM lets the reduction start once its K loop is done (the
+# reduction's CTAs then get staged while the epilogues store the partials); splitk_reduce's griddepcontrol.wait holds
+# its reads until the whole GEMM has finished and its writes are visible. Only the reduction, inside one call, is
+# launched so: the GEMM of the next call waits for this call in stream order (the harness rejects PDL across calls).
+_PDL_PARTS = {
+    "pdl_trigger": cuda_parts.PDL_TRIGGER + "\n    ",
+    "reduce_launch": r"""cudaLaunchConfig_t launch = {};  // programmatic dependent launch (PDL) after the GEMM
+        launch.gridDim = dim3((unsigned)blocks);
+        launch.blockDim = dim3(REDUCE_THREADS);
+        launch.stream = stream;
+        cudaLaunchAttribute early[1];
+        early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        early[0].val.programmaticStreamSerializationAllowed = 1;
+        launch.attrs = early;
+        launch.numAttrs = 1;
+        if (cudaLaunchKernelEx(&launch, splitk_reduce, static_cast<const float*>(ws), C, MN, plan.splits, vec4) !=
+            cudaSuccess)
+            return 1;""",
+}
+
+
 def _non_portable_text(cfg: Sm80Config) -> str:
     if cfg.split_k <= MAX_PORTABLE_CLUSTER:
         return ""
@@ -399,7 +436,15 @@ Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)
 Split-K (at most {cfg.split_k} ranges)
   Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges and lowers the count until
   the workspace fits {WS_CAP_BYTES >> 20} MiB). With more than one range every block writes its fp32 partial tile
-  to workspace[z][M][N], then splitk_reduce sums the ranges in order z = 0, 1, ... (deterministic) into C."""
+  to workspace[z][M][N], then splitk_reduce sums the ranges in order z = 0, 1, ... (deterministic) into C.{_pdl_text(cfg)}"""
+
+
+def _pdl_text(cfg: Sm80Config) -> str:
+    if not cfg.pdl:
+        return ""
+    return ("""
+  splitk_reduce is launched with programmatic dependent launch (sm_90): each GEMM block triggers it after its K
+  loop, and it waits (griddepcontrol.wait) for the whole GEMM's partials before reading them.""")
 
 
 _TEMPLATE = string.Template(r"""// Generated by cudal2.kernels.sm80 (family sm80_mma): mma.sync + ldmatrix + cp.async multistage HGEMM.
@@ -618,7 +663,7 @@ sm80_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* 
     }
     cp_async_wait<0>();  // only empty groups remain; leave nothing in flight at exit
 
-    ${cluster_call}// ---- epilogue: registers -> C (rounded) or -> this split's fp32 slab, guarded ----
+    ${pdl_trigger}${cluster_call}// ---- epilogue: registers -> C (rounded) or -> this split's fp32 slab, guarded ----
     const int g = lane >> 2;
     const int t = lane & 3;
     const bool vec = vec_store != 0;
@@ -716,7 +761,7 @@ extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N,
         const long long work = vec4 ? MN / 4 : MN;
         long long blocks = (work + REDUCE_THREADS - 1) / REDUCE_THREADS;
         if (blocks > REDUCE_MAX_BLOCKS) blocks = REDUCE_MAX_BLOCKS;
-        splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);
+        ${reduce_launch}
     }
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

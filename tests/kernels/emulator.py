@@ -12,6 +12,8 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
     clusters           barrier.cluster (a std::barrier over every thread of the cluster), %cluster_ctarank, and
                        mapa + ld.shared::cluster reads of another block's shared memory (cudaLaunchKernelEx with a
                        cluster dimension; a plain launch is a grid of 1-block clusters).
+    PDL                griddepcontrol.launch_dependents / .wait: nothing to do, a grid runs to its end before the
+                       next launch starts (the launch attribute is ignored).
 
 One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
 cluster at the same time, each with its own shared memory, clusters one after the other. The driver fills A and B
@@ -392,7 +394,8 @@ def cuda_include_dir() -> Path | None:
 def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
     for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER),
-                               (cuda_parts.accumulator(acc), _EMU_ACC[acc])):
+                               (cuda_parts.accumulator(acc), _EMU_ACC[acc]), (cuda_parts.PDL_WAIT, ""),
+                               (cuda_parts.PDL_TRIGGER, "/* PDL trigger: grids run one after the other here */")):
         if original in source:
             source = source.replace(original, emulated)
     if "asm" in re.sub(r"//.*", "", source):

@@ -24,7 +24,8 @@ def cfg(**changes) -> Sm80Config:
 # A representative sample: the seed's shape; the 128x256 big tile (64x64 warp tiles, right under the register
 # limit); split-K with fp16 accumulation, BK 64, 2 blocks per SM; one warp per block with 16 K ranges; split-K summed
 # in a thread-block cluster (sm_90a only) with 4 and with 8 ranges (the shape of the grid's most frequent sm80 winner),
-# and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384).
+# and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384); the workspace
+# reduction launched with PDL (sm_90a only; the tiling of the grid's workspace split-K winners, e.g. 128x128x2048).
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
@@ -33,6 +34,7 @@ SAMPLE = [
     cfg(bm=64, bn=64, warps_m=2, warps_n=2, stages=3, split_k=4, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=4, stages=3, split_k=8, min_blocks=2, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.CLUSTER),
+    cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=5, split_k=8, group_m=4, pdl=True),
 ]
 
 
@@ -68,6 +70,9 @@ def test_default_is_the_seed_tiling_and_valid_everywhere():
     (cfg(split_k=4, reduce=Reduce.CLUSTER), "sm_80", "needs thread-block clusters"),
     (cfg(reduce=Reduce.CLUSTER), "sm_90a", "split_k=1 has none"),
     (cfg(split_k=32, reduce=Reduce.CLUSTER), "sm_90a", "over the 16 that sm_90 schedules"),
+    (cfg(split_k=4, pdl=True), "sm_80", "needs sm_90"),
+    (cfg(pdl=True), "sm_90a", "only split_k > 1 with reduce=workspace"),
+    (cfg(split_k=4, reduce=Reduce.CLUSTER, pdl=True), "sm_90a", "only split_k > 1 with reduce=workspace"),
 ])
 def test_invalid_configs_are_pruned_with_the_reason(config, arch, reason):
     why = FAMILY.prune(config, arch)
@@ -120,6 +125,28 @@ def test_only_the_workspace_reduction_renders_batched_loads():
         assert "REDUCE_BATCH" not in source and "const float4 p = w4[(size_t)z * quads + q];" in source
 
 
+def test_pdl_starts_the_workspace_reduction_early_and_leaves_older_configs_as_rendered():
+    """pdl=True: each GEMM block triggers its dependent after the K loop, splitk_reduce is launched with the PDL
+    attribute and waits in place for the partials; the evaluator is told (it then needs capturable calls). pdl=False
+    renders as before the field existed, byte for byte (its stored results stay its own)."""
+    from cudal2.sandbox.static_check import check_source, spells_programmatic_launch
+
+    early_cfg = SAMPLE[7]
+    plain_cfg = replace(early_cfg, pdl=False)
+    early, plain = FAMILY.render(early_cfg), FAMILY.render(plain_cfg)
+    for piece in ('asm volatile("griddepcontrol.launch_dependents;" ::: "memory");',
+                  'asm volatile("griddepcontrol.wait;" ::: "memory");',
+                  "early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;",
+                  "cudaLaunchKernelEx(&launch, splitk_reduce", "launched with programmatic dependent launch"):
+        assert piece in early and piece not in plain, piece
+    trigger = early.index("griddepcontrol.launch_dependents")
+    assert early.index("cp_async_wait<0>();") < trigger < early.index("---- epilogue")  # after the K loop
+    assert check_source(early) == [] and spells_programmatic_launch(early) and not spells_programmatic_launch(plain)
+    assert "splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);" in plain
+    assert config_name(FAMILY, early_cfg) == config_name(FAMILY, plain_cfg) + "-pdl1"
+    assert FAMILY.make({k: v for k, v in config_params(plain_cfg).items() if k != "pdl"}) == plain_cfg
+
+
 def test_cluster_over_the_portable_size_is_valid_on_sm90a_only():
     assert FAMILY.prune(SAMPLE[6], "sm_90a") is None
     assert "needs thread-block clusters" in FAMILY.prune(SAMPLE[6], "sm_80")
@@ -157,7 +184,8 @@ GPU_SHAPES = (Task(1, 4096, 4096), Task(77, 1000, 333), Task(4096, 11008, 4096),
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", SAMPLE,
-                         ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}-s{c.split_k}-{c.acc.value}-{c.reduce.value}")
+                         ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}-s{c.split_k}-{c.acc.value}-{c.reduce.value}"
+                                       + ("-pdl" if c.pdl else ""))
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
