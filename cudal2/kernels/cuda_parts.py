@@ -270,6 +270,17 @@ PDL_WAIT = """    asm volatile("griddepcontrol.wait;" ::: "memory");  // the par
 PDL_TRIGGER = 'asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // PDL: the reduction may start'
 
 
+def pdl_launch_config(grid: str, block: str, indent: str) -> str:
+    """Host lines that set up `launch`, a cudaLaunchConfig_t for `stream` whose kernel may start before the kernel
+    before it on the stream has finished (programmatic dependent launch); a cudaLaunchKernelEx(&launch, ...) follows.
+    `grid`, `block`: C++ expressions; every line starts with `indent`."""
+    lines = ("cudaLaunchConfig_t launch = {};", f"launch.gridDim = dim3({grid});", f"launch.blockDim = dim3({block});",
+             "launch.stream = stream;", "cudaLaunchAttribute early[1];",
+             "early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;",
+             "early[0].val.programmaticStreamSerializationAllowed = 1;", "launch.attrs = early;", "launch.numAttrs = 1;")
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
 def splitk_reduce(wait: bool = False, batched: bool = False) -> str:
     """splitk_reduce's source; `wait`: it is launched with programmatic dependent launch (sm_90 and later);
     `batched`: it loads several splits' partials before adding them (False: the one-by-one loop of older sources)."""

@@ -393,7 +393,7 @@ int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int 
 # pdl=False renders as sources did before the field existed (their stored results stay theirs).
 _PLAIN_PARTS = {
     "pdl_trigger": "",
-    "reduce_launch": "splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);",
+    "reduce_launch": "        splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);",
 }
 # Programmatic dependent launch: every block of the GEMM lets the reduction start once its K loop is done (the
 # reduction's CTAs then get staged while the epilogues store the partials); splitk_reduce's griddepcontrol.wait holds
@@ -401,15 +401,7 @@ _PLAIN_PARTS = {
 # launched so: the GEMM of the next call waits for this call in stream order (the harness rejects PDL across calls).
 _PDL_PARTS = {
     "pdl_trigger": cuda_parts.PDL_TRIGGER + "\n    ",
-    "reduce_launch": r"""cudaLaunchConfig_t launch = {};  // programmatic dependent launch (PDL) after the GEMM
-        launch.gridDim = dim3((unsigned)blocks);
-        launch.blockDim = dim3(REDUCE_THREADS);
-        launch.stream = stream;
-        cudaLaunchAttribute early[1];
-        early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        early[0].val.programmaticStreamSerializationAllowed = 1;
-        launch.attrs = early;
-        launch.numAttrs = 1;
+    "reduce_launch": cuda_parts.pdl_launch_config("(unsigned)blocks", "REDUCE_THREADS", " " * 8) + """\
         if (cudaLaunchKernelEx(&launch, splitk_reduce, static_cast<const float*>(ws), C, MN, plan.splits, vec4) !=
             cudaSuccess)
             return 1;""",
@@ -761,7 +753,7 @@ extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N,
         const long long work = vec4 ? MN / 4 : MN;
         long long blocks = (work + REDUCE_THREADS - 1) / REDUCE_THREADS;
         if (blocks > REDUCE_MAX_BLOCKS) blocks = REDUCE_MAX_BLOCKS;
-        ${reduce_launch}
+${reduce_launch}
     }
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

@@ -769,15 +769,7 @@ _REDUCE_LAUNCH = string.Template("""  cudal2_sm90::splitk_reduce<<<blocks, cudal
 """)
 # Programmatic dependent launch: splitk_reduce may start before the GEMM before it on `stream` has finished (its
 # griddepcontrol.wait holds its reads until the GEMM's writes are visible), which hides one kernel launch per call.
-_REDUCE_LAUNCH_PDL = string.Template("""  cudaLaunchConfig_t launch = {};
-  launch.gridDim = dim3(blocks);
-  launch.blockDim = dim3(cudal2_sm90::REDUCE_THREADS);
-  launch.stream = stream;
-  cudaLaunchAttribute early[1];
-  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early[0].val.programmaticStreamSerializationAllowed = 1;
-  launch.attrs = early;
-  launch.numAttrs = 1;
+_REDUCE_LAUNCH_PDL = string.Template(cuda_parts.pdl_launch_config("blocks", "cudal2_sm90::REDUCE_THREADS", "  ") + """\
   const cudaError_t e = cudaLaunchKernelEx(&launch, cudal2_sm90::splitk_reduce, static_cast<const float*>(workspace),
                                            C, MN, int($splits), vec4);
   return e == cudaSuccess ? 0 : 4;
