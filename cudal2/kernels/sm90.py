@@ -190,6 +190,13 @@ class Sm90Config:
     # (RESULTS, nineteenth session); this names that cut for every tile. ptxas may still give a CTA more registers
     # than k of them can share (256 threads x registers <= 65536 / k): the compile record shows them. Added later.
     ctas_per_sm: int = field(default=1, metadata=ADDED_LATER)
+    # The entry point keeps the kernel's parameters (CUTLASS's Params: the TMA descriptors, the tile scheduler's setup)
+    # from a thread's last call, rebuilt only when the pointers, shape, workspace or device change, and sets the shared
+    # memory limit once per thread and device; without it CUTLASS's initialize() does both on every call. Host time: a
+    # CUDA graph (offline timing) replays the launch without it, but server-mode and eager callers pay it on every
+    # call (sm90 winners ~13 us over their offline time against ~10 us for sm80 and small ones: RESULTS, twenty-fifth
+    # session). Added later.
+    host_cache: bool = field(default=False, metadata=ADDED_LATER)
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -219,7 +226,11 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "epi_n": (0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256),
     "pdl": (False, True),
     "ctas_per_sm": (1, 2, 3, 4),
+    "host_cache": (False, True),
 }
+# Valid, but not searched: host_cache changes no offline (graph replay) time, so a search would spend evaluations on
+# twins of configs it measured already (a cost model ranks the twin of its best prediction as high as the original).
+NOT_SEARCHED = ("host_cache",)
 
 
 
@@ -390,7 +401,8 @@ class Sm90Family:
     decomposition = ("bm", "bn", "scheduler", "splits", "reduction")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
-        return dict(SPACE)
+        """The searched parameters (make() also takes NOT_SEARCHED ones)."""
+        return {name: values for name, values in SPACE.items() if name not in NOT_SEARCHED}
 
     def default(self) -> Sm90Config:
         """128x256x64 cooperative, 1x2 cluster, persistent, TMA epilogue, auto stages: a common choice for large
@@ -541,7 +553,9 @@ class Sm90Family:
             _HEADER.substitute(values), EXTENDED_GMMA_DEFINE if extended_gmma(cfg) else "",
             GDC_DEFINE if cfg.pdl else "", _INCLUDES,
             "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
-            _TYPES.substitute(values), _ENTRY.substitute(values),
+            _TYPES.substitute(values),
+            _CACHED_ENTRY.substitute({**values, **_cached_launch_values(cfg, values)}) if cfg.host_cache
+            else _ENTRY.substitute(values),
         ))
 
 
@@ -679,6 +693,23 @@ def _epilogue_tile(cfg: Sm90Config) -> str:
     return f"Shape<_{epilogue_rows(cfg)}, Int<{cfg.epi_n}>>  /* epilogue subtile: rows x epi_n columns */"
 
 
+def _indent(text: str) -> str:
+    """Two more spaces before each line of `text`: a piece of the entry point moved into host_cache's setup block."""
+    return "".join("  " + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+_GEMM_RUN = "  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;\n"  # the launch, from a Gemm's Params
+_STATIC_RUN = "  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return 4;\n"  # the launch, from own Params
+_PERSISTENT_INIT = "  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;\n"
+# The kernel's shared memory limit, set as Gemm::initialize() sets it: by the stream-K launch on every call, and
+# by host_cache's once per thread and device.
+_SMEM_ATTRIBUTE = """  int smem = GemmKernel::SharedStorageSize;
+  if (smem >= (48 << 10) && cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+    return 3;
+  }
+"""
+
 # How the call starts the kernel. Persistent: CUTLASS's initialize() and run(), as first measured (these sources must
 # render unchanged). Stream-K: the flags are cleared by a kernel of the source, not initialize()'s memset (the
 # generated comment above clear_flags says why).
@@ -687,11 +718,7 @@ _PERSISTENT_LAUNCH = {
                       "by\n// CUTLASS's initialize() where it must be.",
     "flag_clearing": "",
     "init_step": "initialize",
-    "launch": """  Gemm gemm;
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
-  return 0;
-""",
+    "launch": "  Gemm gemm;\n" + _PERSISTENT_INIT + _GEMM_RUN + "  return 0;\n",
 }
 _STREAMK_LAUNCH = {
     "workspace_note": "Gemm::get_workspace_size: the stream-K partials, then the barrier flags, which a kernel of\n"
@@ -735,33 +762,28 @@ static cudaError_t clear_stream_k_flags(typename GemmKernel::Params const& param
     "launch": """  // initialize() without its workspace memset: the kernel's parameters, its shared memory limit, then the flags.
   using cudal2_sm90::GemmKernel;
   typename GemmKernel::Params params = GemmKernel::to_underlying_arguments(args, workspace);
-  int smem = GemmKernel::SharedStorageSize;
-  if (smem >= (48 << 10) && cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+""" + _SMEM_ATTRIBUTE + """  if (cudal2_sm90::clear_stream_k_flags(params, workspace, Gemm::get_workspace_size(args), stream) != cudaSuccess) {
     return 3;
   }
-  if (cudal2_sm90::clear_stream_k_flags(params, workspace, Gemm::get_workspace_size(args), stream) != cudaSuccess) {
-    return 3;
-  }
-  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return 4;
-  return 0;
-""",
+""" + _STATIC_RUN + "  return 0;\n",
 }
 
 
-_BATCHED_LAUNCH = string.Template(r"""  // Split-K as a batch: equal K ranges of whole 16-byte rows, the partials first in the workspace, then the GEMM's.
+_BATCHED_CHECKS = r"""  // Split-K as a batch: equal K ranges of whole 16-byte rows, the partials first in the workspace, then the GEMM's.
   if (K % (8 * $splits) != 0) return 1;
   if (cudal2_sm90::partials_bytes(M, N) + Gemm::get_workspace_size(args) > workspace_bytes) return 2;
-  Gemm gemm;
-  void* gemm_workspace = static_cast<uint8_t*>(workspace) + cudal2_sm90::partials_bytes(M, N);
-  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return 4;
-  const long long MN = (long long)M * N;
+"""
+_GEMM_WORKSPACE = "  void* gemm_workspace = static_cast<uint8_t*>(workspace) + cudal2_sm90::partials_bytes(M, N);\n"
+_BATCHED_REDUCE = r"""  const long long MN = (long long)M * N;
   const int vec4 = (MN % 4 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0) ? 1 : 0;  // workspace: 256-byte aligned
   const long long work = vec4 ? MN / 4 : MN;
   const unsigned blocks = unsigned(work < 1024LL * cudal2_sm90::REDUCE_THREADS
                                        ? (work + cudal2_sm90::REDUCE_THREADS - 1) / cudal2_sm90::REDUCE_THREADS : 1024);
-$reduce_launch""")
+$reduce_launch"""
+_BATCHED_LAUNCH = string.Template(
+    _BATCHED_CHECKS + "  Gemm gemm;\n" + _GEMM_WORKSPACE
+    + "  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;\n"
+    + _GEMM_RUN + _BATCHED_REDUCE)
 
 _REDUCE_LAUNCH = string.Template("""  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
       static_cast<const float*>(workspace), C, MN, $splits, vec4);
@@ -790,6 +812,40 @@ static size_t split_workspace_bytes(int M, int N, int K) {
 """)
 
 
+def _reduce_launch(cfg: Sm90Config) -> str:
+    return (_REDUCE_LAUNCH_PDL if cfg.pdl else _REDUCE_LAUNCH).substitute(splits=cfg.splits)
+
+
+# host_cache's pieces of _CACHED_ENTRY. Every launch kind keeps GemmKernel::to_underlying_arguments() as `params` and
+# launches with Gemm::run(params): initialize() without its workspace step, which the persistent scheduler does not
+# need (no workspace) and the stream-K flags need on every call (clear_stream_k_flags, as without the cache).
+_PARAMS = "  params = GemmKernel::to_underlying_arguments(args, {});\n"
+
+
+def _cached_launch_values(cfg: Sm90Config, values: dict[str, str]) -> dict[str, str]:
+    """host_cache's pieces of the entry point: what a thread keeps besides `params` (`state`), the argument checks
+    and the setup that build it (`checks`, `setup`: in the block a changed call runs), the shared memory limit set
+    once per thread and device, and the launch every call makes (`call`)."""
+    common = {"checks": _indent(string.Template(_ARGUMENT_CHECKS).substitute(values)),
+              "smem_attribute": _indent(_SMEM_ATTRIBUTE),
+              "init_step": "the device query or the shared memory limit" + (
+                  ", or clearing the stream-K flags" if cfg.scheduler is Scheduler.STREAMK else "")}
+    if batched_split_k(cfg):
+        return {**common, "state": "",
+                "setup": _indent(string.Template(_BATCHED_CHECKS).substitute(splits=cfg.splits) + _GEMM_WORKSPACE
+                                 + _PARAMS.format("gemm_workspace")),
+                "call": _STATIC_RUN + string.Template(_BATCHED_REDUCE).substitute(splits=cfg.splits,
+                                                                                  reduce_launch=_reduce_launch(cfg))}
+    if cfg.scheduler is Scheduler.STREAMK:
+        return {**common,
+                "state": "  static thread_local size_t gemm_workspace_bytes = 0;  // Gemm::get_workspace_size of `built`\n",
+                "setup": _indent(_PARAMS.format("workspace") + "  gemm_workspace_bytes = Gemm::get_workspace_size(args);\n"),
+                "call": "  // The flags on every call: the GEMM before left them set.\n"
+                        "  if (cudal2_sm90::clear_stream_k_flags(params, workspace, gemm_workspace_bytes, stream) != "
+                        "cudaSuccess) return 3;\n" + _STATIC_RUN + "  return 0;\n"}
+    return {**common, "state": "", "setup": _indent(_PARAMS.format("workspace")), "call": _STATIC_RUN + "  return 0;\n"}
+
+
 def _launch_values(cfg: Sm90Config) -> dict[str, str]:
     if batched_split_k(cfg):
         return {
@@ -798,9 +854,7 @@ def _launch_values(cfg: Sm90Config) -> dict[str, str]:
             "flag_clearing": _BATCHED_HELPERS.substitute(
                 splits=cfg.splits, splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
             "init_step": "initialize",
-            "launch": _BATCHED_LAUNCH.substitute(
-                splits=cfg.splits,
-                reduce_launch=(_REDUCE_LAUNCH_PDL if cfg.pdl else _REDUCE_LAUNCH).substitute(splits=cfg.splits)),
+            "launch": _BATCHED_LAUNCH.substitute(splits=cfg.splits, reduce_launch=_reduce_launch(cfg)),
             "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
         }
     launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
@@ -937,7 +991,7 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 """)
 
-_ENTRY = string.Template(r"""
+_ENTRY_HEAD = r"""
 // The same arguments for the workspace query and the call: the workspace size depends on them (SM count, shape).
 static typename Gemm::Arguments make_arguments(const half* A, const half* B, $d_param, int M, int N, int K) {
   int device = 0;
@@ -967,15 +1021,58 @@ $flag_clearing
 extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
   return $workspace_bytes;
 }
-
+"""
+_RETURNS = """
 // Returns 0 on success; 1 shape not implementable (alignment), 2 workspace too small, 3 $init_step, 4 launch.
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
   using cudal2_sm90::Gemm;
-$call_note  typename Gemm::Arguments args = cudal2_sm90::make_arguments($ab, $d_arg, $mn, K);
+"""
+_ARGUMENT_CHECKS = """$call_note  typename Gemm::Arguments args = cudal2_sm90::make_arguments($ab, $d_arg, $mn, K);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
-$launch}
+"""
+_ENTRY = string.Template(_ENTRY_HEAD + _RETURNS + _ARGUMENT_CHECKS + "$launch}\n")
+
+# host_cache: the arguments, their checks (`$checks`: _ARGUMENT_CHECKS as rendered) and the launch's setup run only
+# when the call differs from the thread's last one in what the parameters were built from; `$state` declares what is
+# kept, `$setup` builds it, `$call` launches.
+_CACHED_ENTRY = string.Template(_ENTRY_HEAD + r"""
+// Host cache (host_cache): the kernel's parameters (CUTLASS's Params: the TMA descriptors of A, B and C, the tile
+// scheduler's setup) and the shared memory attribute are built on a thread's first call, and again only when the
+// pointers, shape, workspace or device differ from its last call's; otherwise a call only launches. CUTLASS's
+// initialize() rebuilds them on every call: host time that a CUDA graph replays without, but that a caller outside
+// a graph pays on every call. A call's data may change freely: only the pointers are kept, never what they hold.
+namespace cudal2_sm90 {
+struct CallKey {  // what the kept parameters were built from
+  const void* a;
+  const void* b;
+  const void* c;
+  int m, n, k;
+  const void* workspace;
+  size_t workspace_bytes;
+  int device;
+  bool operator==(CallKey const& o) const {
+    return a == o.a && b == o.b && c == o.c && m == o.m && n == o.n && k == o.k && workspace == o.workspace &&
+           workspace_bytes == o.workspace_bytes && device == o.device;
+  }
+};
+}  // namespace cudal2_sm90
+""" + _RETURNS + r"""  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 3;
+  const cudal2_sm90::CallKey key{A, B, C, M, N, K, workspace, workspace_bytes, device};
+  using cudal2_sm90::GemmKernel;
+  static thread_local cudal2_sm90::CallKey built{};        // all zero (M = 0): matches no call
+  static thread_local typename GemmKernel::Params params;  // GemmKernel::to_underlying_arguments() for `built`
+  static thread_local int attribute_device = -1;           // the device this thread set the shared memory limit on
+$state  if (!(key == built)) {
+    built = cudal2_sm90::CallKey{};  // a failed setup keeps nothing
+$checks$setup    built = key;
+  }
+  if (device != attribute_device) {  // once per thread and device, not on every call as initialize() sets it
+$smem_attribute    attribute_device = device;
+  }
+$call}
 """)
 
 

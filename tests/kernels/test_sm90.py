@@ -405,6 +405,70 @@ def test_stream_k_sources_clear_their_flags_with_a_kernel_not_a_memset():
     assert "gemm.initialize(args, workspace, stream)" in persistent and "clear_flags" not in persistent
 
 
+# The three launch paths of host_cache: one tile per CTA (the persistent tag), stream-K's split-K (flags cleared on
+# every call) and split-K as a batch with its reduction launched by PDL, operands swapped.
+HOST_CACHE_SAMPLE = [
+    cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=1, host_cache=True),
+    cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=4, host_cache=True),
+    cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, pdl=True, swap_ab=True,
+        host_cache=True),
+]
+
+
+@pytest.mark.parametrize("cached", HOST_CACHE_SAMPLE, ids=lambda c: c.scheduler.value + str(c.splits))
+def test_host_cache_builds_the_parameters_only_when_the_call_changes(cached):
+    """host_cache: CUTLASS's Params are kept per thread and rebuilt only when a call's pointers, shape, workspace or
+    device change; the shared memory limit is set once per thread and device; every call launches with
+    Gemm::run(params), a stream-K kernel clearing its flags first and split-K as a batch reducing after."""
+    plain = replace(cached, host_cache=False)
+    assert config_name(FAMILY, cached) == config_name(FAMILY, plain) + "-host_cache1"
+    src = FAMILY.render(cached)
+    assert check_source(src) == [] and spells_programmatic_launch(src) == cached.pdl
+    entry = src[src.index('extern "C" int cudal2_hgemm'):]
+    before, rest = entry.split("  if (!(key == built)) {\n")
+    changed, every_call = rest.split("    built = key;\n  }\n")
+    assert "CallKey key{A, B, C, M, N, K, workspace, workspace_bytes, device}" in before
+    assert "static thread_local typename GemmKernel::Params params;" in before
+    assert "make_arguments(" in changed and "to_underlying_arguments(args, " in changed
+    assert "make_arguments(" not in every_call and "to_underlying_arguments" not in every_call
+    assert "gemm.initialize(" not in entry and entry.count("cudaFuncSetAttribute(") == 1
+    assert every_call.index("if (device != attribute_device)") < every_call.index("cudaFuncSetAttribute(")
+    assert every_call.count("Gemm::run(params, stream)") == 1
+    flags = "clear_stream_k_flags(params, workspace, gemm_workspace_bytes, stream)"
+    assert (flags in every_call) == (cached.scheduler is Scheduler.STREAMK)
+    assert ("cudal2_sm90::splitk_reduce" in every_call) == batched_split_k(cached)
+    # without it, the entry point is the one the store's sources were measured with
+    assert "thread_local" not in FAMILY.render(plain) and "CallKey" not in FAMILY.render(plain)
+
+
+def test_host_cache_is_made_but_not_searched():
+    """It changes no offline time: searches leave it at its default (their configs never twin a measured one), and
+    a stored or hand-written parameter set may still name it."""
+    assert "host_cache" not in FAMILY.space()
+    assert FAMILY.make({**config_params(DEFAULT), "host_cache": True}).host_cache
+    assert not any(c.cfg.host_cache for c in one_step(Candidate(FAMILY, DEFAULT), ARCH))
+
+
+@pytest.mark.parametrize(
+    "params, stored_hash",
+    [  # configs of the committed H200 store and the sha256 of the source each was measured as
+        (dict(bm=256, bn=128, cluster_n=2, scheduler="streamk", reduction="atomic"),
+         "7397dbe77d94ae296e2312ab00d1f3836cbc47e8a35ffc38a4347cc0ca704816"),
+        (dict(bm=64, bn=64, cluster_n=1, schedule="pingpong", splits=4),
+         "7d1cda16d8e20cbca6983e6797919006fe31fc128061df9786513267b1488012"),
+        (dict(bm=64, bn=32, cluster_n=2, schedule="pingpong", epilogue="nosmem", splits=2, pdl=True, swap_ab=True),
+         "1f30cafd11047f96bc5052d3d2f84f9842c7040e420ea2634390a844dfff826f"),
+    ],
+)
+def test_launch_paths_render_as_stored(params, stored_hash):
+    """host_cache shares the launch text's pieces (the initialize() line, the static run, the batch's checks and
+    reduction): stream-K and split-K as a batch, with and without PDL, still render the sources the store measured."""
+    base = dict(bk=64, cluster_m=1, schedule="cooperative", scheduler="persistent", epilogue="tma", swizzle=1,
+                acc="fp32", splits=1, stages=0)
+    source = FAMILY.render(FAMILY.make({**base, **params}))
+    assert hashlib.sha256(source.encode()).hexdigest() == stored_hash
+
+
 def test_the_ordered_reduction_adds_nothing_to_older_configs():
     """`reduction` came after configs were stored: at its default (ordered) the name and source are those of the
     config without it, and a stored parameter set that lacks it builds the same config."""
@@ -623,6 +687,8 @@ COMPILE_SAMPLE = [
     cfg(bm=128, bn=64, schedule=Schedule.UNSPECIALIZED, cluster_m=2, cluster_n=1, epilogue=Epilogue.NOSMEM),
     cfg(bm=64, bn=128, schedule=Schedule.UNSPECIALIZED, cluster_n=2, epilogue=Epilogue.NOSMEM, splits=4, pdl=True,
         swap_ab=True),
+    # The kernel's parameters kept between calls (host_cache): each launch path.
+    *HOST_CACHE_SAMPLE,
 ]
 
 
@@ -750,6 +816,9 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
     # The reduction of split-K as a batch started with PDL (the GEMM's partials waited for in place).
     cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=2, splits=8, pdl=True),
+    # The kernel's parameters kept between calls (host_cache), for each launch path: the evaluator's checks change
+    # the data in the same buffers and move between shapes.
+    *HOST_CACHE_SAMPLE,
 ]
 LARGE = [(4096, 4096, 4096), (4096, 11008, 4096), (1024, 1024, 1024), (128, 4096, 8192), (64, 256, 16384)]
 # (333, 1001, *): N % 8 != 0, the no-smem epilogue only
@@ -776,3 +845,48 @@ def test_gpu_sample_is_correct():
                 failures.append(f"{config_name(FAMILY, c)} {s.task.mnk} {s.task.acc.value}: {s.status.value}: "
                                 f"{s.reason}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_host_cache_kernels_follow_changed_data_pointers_and_shapes(tmp_path):
+    """Called straight through ctypes, as cudal2.ops calls them: a repeated call with new data in the same buffers
+    (the kept parameters), new buffers, another shape, then the first call again (rebuilt) all match torch."""
+    import torch
+
+    from cudal2 import ops
+    from cudal2.export import sha256_text
+    from cudal2.sandbox.evaluator import default_cache_dir
+
+    def build(c: Sm90Config) -> ops.LoadedKernel:
+        path = tmp_path / f"{config_name(FAMILY, c)}.cu"
+        path.write_text(FAMILY.render(c))
+        kernel = ops.build_kernel(path, sha256_text(path.read_text()), ARCH, default_cache_dir())  # precompiled
+        assert not isinstance(kernel, ops.Failure), kernel.reason
+        return kernel
+
+    def gemm_matches(kernel: ops.LoadedKernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
+        m, k = a.shape
+        n = b.shape[0]
+        ws_bytes = int(kernel.workspace_bytes(m, n, k))
+        ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
+        rc = kernel.hgemm(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws.data_ptr(), ws_bytes,
+                          torch.cuda.current_stream().cuda_stream)
+        ref = a.float() @ b.float().T
+        return rc == 0 and float((out.float() - ref).abs().max()) <= 1e-2 * float(ref.abs().max())
+
+    def operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (torch.randn(m, k, device="cuda", dtype=torch.float16), torch.randn(n, k, device="cuda",
+                dtype=torch.float16), torch.empty(m, n, device="cuda", dtype=torch.float16))
+
+    with ThreadPoolExecutor(max_workers=len(HOST_CACHE_SAMPLE)) as pool:  # nvcc in parallel, one per kernel
+        kernels = list(pool.map(build, HOST_CACHE_SAMPLE))
+    torch.manual_seed(0)
+    for c, kernel in zip(HOST_CACHE_SAMPLE, kernels, strict=True):
+        a, b, out = operands(256, 512, 1024)
+        assert gemm_matches(kernel, a, b, out), config_name(FAMILY, c)
+        a.normal_()  # same pointers and shape: the kept parameters, new data
+        b.normal_()
+        assert gemm_matches(kernel, a, b, out), f"{config_name(FAMILY, c)}: new data, same buffers"
+        assert gemm_matches(kernel, a, b, torch.empty_like(out)), f"{config_name(FAMILY, c)}: another C"
+        assert gemm_matches(kernel, *operands(128, 768, 2048)), f"{config_name(FAMILY, c)}: another shape"
+        assert gemm_matches(kernel, a, b, out), f"{config_name(FAMILY, c)}: the first call again"
