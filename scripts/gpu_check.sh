@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|gap|profile|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|tune|grid|all]   (default all = smoke, tests, bench)
+#     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
 #     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel and cuBLAS's on
@@ -125,6 +126,12 @@ if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel 
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
+fi
+if [[ $what == host ]]; then  # sm90 host_cache: its GPU tests, then the host time per call with and without it
+  python3 -m pytest -m gpu -q --timeout=300 tests/kernels/test_sm90.py -k host_cache -p no:cacheprovider 2>&1 \
+    | tee "$OUT/pytest_host_cache.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  python3 benchmarks/host_overhead.py --out "$OUT/host_overhead.json" 2>&1 | tee "$OUT/host_overhead.md" || rc=1
 fi
 if [[ $what == tune ]]; then
   # At most 8 files come back from the device: logs and the store as files, the rest in one archive.
