@@ -194,8 +194,9 @@ class ConfigFeatures:
             raise CostModelError(f"config {cand.name}: family {family.name!r} is not one the model was built for")
         row = np.zeros(len(self.columns))
         row[self.columns.index(f"family={family.name}")] = 1.0
-        for name, value in config_params(cand.cfg).items():
-            where = self._param_columns[family.name][name]
+        params = config_params(cand.cfg)
+        for name, where in self._param_columns[family.name].items():  # the searched parameters (family.space())
+            value = params[name]
             if isinstance(where, dict):
                 row[where[value]] = 1.0
             elif isinstance(value, bool):

@@ -92,6 +92,9 @@ def test_feature_rows_follow_the_families_spaces():
     assert row["log2_units"] == math.log2(units)
     assert row["last_wave_fill"] == units / (132 * math.ceil(units / 132))
     assert row["log2_wave_model_us"] == pytest.approx(math.log2(estimate_us(t, task, 132)))
+    # a parameter the family does not search (sm90's host_cache) has no column: the twins get one row
+    twin = Candidate(SM90, SM90.make({**config_params(sm90.cfg), "host_cache": True}))
+    assert (features.matrix([(twin, task)]) == features.matrix([(sm90, task)])).all()
 
 
 def test_a_padded_cut_shows_its_waste():
