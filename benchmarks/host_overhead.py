@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import torch
+
 from cudal2 import ops
 from cudal2.export import sha256_text
 from cudal2.kernels.family import config_name
@@ -90,8 +92,6 @@ def compile_all(cache_dir: Path, source_dir: Path) -> dict[Sm90Config, Path]:
 
 
 def measure(sources: dict[Sm90Config, Path], cache_dir: Path) -> list[Row]:
-    import torch
-
     rows = []
     for params, shapes in PAIRS:
         base = FAMILY.make(params)
@@ -113,8 +113,6 @@ def measure(sources: dict[Sm90Config, Path], cache_dir: Path) -> list[Row]:
 
 def kernel_call(kernel: ops.LoadedKernel, sets: list, what: str) -> Callable[[int], None]:
     """C = A @ B^T of buffer set i by the kernel, on torch's current stream, with a workspace of its own."""
-    import torch
-
     m, k = sets[0][0].shape
     n = sets[0][1].shape[0]
     ws_bytes = int(kernel.workspace_bytes(m, n, k))
@@ -131,8 +129,6 @@ def kernel_call(kernel: ops.LoadedKernel, sets: list, what: str) -> Callable[[in
 
 
 def matmul_call(sets: list) -> Callable[[int], None]:
-    import torch
-
     def call(i: int) -> None:
         a, b, out = sets[i]
         torch.matmul(a, b.T, out=out)
@@ -140,9 +136,7 @@ def matmul_call(sets: list) -> Callable[[int], None]:
     return call
 
 
-def check(call, sets, what: str) -> None:
-    import torch
-
+def check(call: Callable[[int], None], sets: list, what: str) -> None:
     for i in (0, 1, 0):  # both buffer sets, then the first again (host_cache: rebuilt each time)
         call(i)
         a, b, out = sets[i]
@@ -152,10 +146,8 @@ def check(call, sets, what: str) -> None:
             sys.exit(f"host_overhead: {what}: wrong result")
 
 
-def timings(call) -> tuple[float, float, float]:
+def timings(call: Callable[[int], None]) -> tuple[float, float, float]:
     """(queued_us, sync_us, moving_us) of `call(i)`, i the buffer set (see the module docstring)."""
-    import torch
-
     def queued(sets: tuple[int, ...]) -> float:
         for i in range(20):  # warm: the first calls build what is kept
             call(sets[i % len(sets)])

@@ -864,11 +864,13 @@ def test_host_cache_kernels_follow_changed_data_pointers_and_shapes(tmp_path):
         assert not isinstance(kernel, ops.Failure), kernel.reason
         return kernel
 
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # one workspace: its pointer stays the same
+
     def gemm_matches(kernel: ops.LoadedKernel, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> bool:
         m, k = a.shape
         n = b.shape[0]
         ws_bytes = int(kernel.workspace_bytes(m, n, k))
-        ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
+        assert ws_bytes <= ws.numel()
         rc = kernel.hgemm(a.data_ptr(), b.data_ptr(), out.data_ptr(), m, n, k, ws.data_ptr(), ws_bytes,
                           torch.cuda.current_stream().cuda_stream)
         ref = a.float() @ b.float().T
