@@ -95,20 +95,26 @@ def measure(sources: dict[Sm90Config, Path], cache_dir: Path) -> list[Row]:
     rows = []
     for params, shapes in PAIRS:
         base = FAMILY.make(params)
+        loaded = {c: load(sources[c], cache_dir) for c in (base, replace(base, host_cache=True))}
         for m, n, k in shapes:
             sets = [(torch.randn(m, k, device="cuda", dtype=torch.float16),
                      torch.randn(n, k, device="cuda", dtype=torch.float16),
                      torch.empty(m, n, device="cuda", dtype=torch.float16)) for _ in range(2)]
-            for c in (base, replace(base, host_cache=True)):
-                kernel = ops.build_kernel(sources[c], sha256_text(sources[c].read_text()), ARCH, cache_dir)
-                if isinstance(kernel, ops.Failure):
-                    sys.exit(f"host_overhead: {kernel.reason}")
+            for c, kernel in loaded.items():
                 what = f"{config_name(FAMILY, c)} on {m}x{n}x{k}"
                 call = kernel_call(kernel, sets, what)
                 check(call, sets, what)
                 rows.append(Row(config_name(FAMILY, base), c.host_cache, f"{m}x{n}x{k}", *timings(call)))
             rows.append(Row(config_name(FAMILY, base), None, f"{m}x{n}x{k}", *timings(matmul_call(sets))))
     return rows
+
+
+def load(source: Path, cache_dir: Path) -> ops.LoadedKernel:
+    """The built library of `source` (a cache hit after compile_all), loaded into this process."""
+    kernel = ops.build_kernel(source, sha256_text(source.read_text()), ARCH, cache_dir)
+    if isinstance(kernel, ops.Failure):
+        sys.exit(f"host_overhead: {kernel.reason}")
+    return kernel
 
 
 def kernel_call(kernel: ops.LoadedKernel, sets: list, what: str) -> Callable[[int], None]:
