@@ -192,7 +192,7 @@ def kernel_call(kernel: ops.LoadedKernel, sets: list, what: str) -> Callable[[in
     """C = A @ B^T of buffer set i by the kernel, on torch's current stream, with a workspace of its own."""
     m, k = sets[0][0].shape
     n = sets[0][1].shape[0]
-    ws_bytes = int(kernel.workspace_bytes(m, n, k))
+    ws_bytes = int(kernel.workspace_bytes(m, n, k)) if kernel.workspace_bytes else 0  # the export is optional
     ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
 
