@@ -106,6 +106,9 @@ def _add_remeasure_parser(sub) -> None:
     rm.add_argument("--target-ms", type=float, default=d.target_ms, help="timing budget per kernel per shape")
     rm.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for the whole run")
     rm.add_argument("--jobs", type=int, default=d.compile_workers, help="concurrent compiles (default: CPU cores)")
+    rm.add_argument("--host-cache-twins", action="store_true",
+                    help="server or wallclock: measure each chosen sm90 kernel's host_cache twin (same device code, "
+                         "CUTLASS's parameters kept between calls) instead of the kernel")
     rm.set_defaults(func=cmd_remeasure)
 
 
@@ -113,7 +116,8 @@ def cmd_remeasure(args) -> int:
     from cudal2 import remeasure
 
     req = remeasure.RemeasureRequest(args.shapes, tuple(args.mnk), Acc(args.acc), Mode(args.mode), args.top, args.db,
-                                     args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs)
+                                     args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs,
+                                     args.host_cache_twins)
     try:
         summary = remeasure.run(req)
     except remeasure.RemeasureError as e:

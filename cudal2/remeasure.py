@@ -11,6 +11,13 @@ many noisy measurements (see Mode).
             the target mode, so `report --mode target` finds kernel and baseline figures of the same process
     until every job is done or the time budget is spent (jobs still queued then are cancelled: a re-run does them).
 
+With --host-cache-twins (server or wallclock), each chosen kernel that the tuner generated from an sm90 config is
+replaced by its host_cache twin: the same config and device code, whose entry point keeps CUTLASS's parameters
+between calls with the same pointers and shape (cudal2/kernels/sm90.py). The twin's source and config go into the
+store, and its figures compete with the kernel's own in that mode (`cudal2 export --mode wallclock` ships the faster);
+offline they tie, so the tuner never searches host_cache. Kernels without a twin (other families, hand-written
+sources, twins already) are counted and skipped.
+
 Shapes without a verified offline kernel on this GPU are counted and listed, never measured.
 Units: times in seconds unless named `_ms` / `_us`; speedups are baseline time over kernel time.
 """
@@ -22,17 +29,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from cudal2.kernels.family import config_name, config_params
+from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.report import kernel_name
-from cudal2.sandbox.evaluator import EvalOptions
+from cudal2.sandbox.evaluator import EvalOptions, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
-from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
+from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task, to_jsonable
 from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
-from cudal2.tune_log import TuneLog
+from cudal2.tune_log import ConfigRecord, TuneLog
 
 SHOWN_MISSING = 8  # shapes without a kernel named in the summary; the rest are counted
 
@@ -54,6 +63,7 @@ class RemeasureRequest:
     target_ms: float = 30.0  # timing budget per timed kernel per shape, milliseconds
     budget_s: float = 600.0  # wall clock for the whole run; queued jobs are cancelled at the deadline
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
+    host_cache_twins: bool = False  # measure each chosen sm90 kernel's host_cache twin in its place
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
@@ -63,7 +73,10 @@ class RemeasureRequest:
             (self.mode == Mode.CONFIRM and self.top != 1,
              f"--top {self.top} with --mode confirm: confirm times each shape's one chosen kernel (--top 1)"),
             (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
-            (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0")) if bad]
+            (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0"),
+            (self.host_cache_twins and self.mode == Mode.CONFIRM,
+             "--host-cache-twins with --mode confirm: a twin's offline time is its kernel's; measure twins in server "
+             "or wallclock mode, where a call's host code is timed")) if bad]
 
 
 @dataclass(frozen=True)
@@ -76,38 +89,73 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Twin:
+    """A stored kernel's host_cache twin: its sm90 config with host_cache on (same device code)."""
+
+    source_hash: str
+    source: str
+    record: ConfigRecord  # what the tuner's log records for it, so that reports and progress lines name it
+
+
+def host_cache_twin(record: ConfigRecord | None) -> Twin | None:
+    """The twin of the kernel the tuner generated from `record`; None for another family, a source the tuner did not
+    generate (no record), or a config that already has host_cache."""
+    if record is None or record.family != SM90.name or record.params.get("host_cache"):
+        return None
+    cfg = replace(SM90.make(record.params), host_cache=True)
+    source = SM90.render(cfg)
+    return Twin(source_hash(source), source, ConfigRecord(SM90.name, config_name(SM90, cfg),
+                                                          to_jsonable(config_params(cfg))))
+
+
+@dataclass(frozen=True)
 class Plan:
     jobs: tuple[Job, ...]
     already_measured: int  # (kernel, shape) pairs with a result in the target mode: not measured again
     without_kernel: tuple[Task, ...]  # shapes with no verified offline kernel on this GPU
     without_source: int  # (kernel, shape) pairs whose source text is not in the store: cannot be compiled
+    twins: tuple[Twin, ...] = ()  # the twins the jobs measure (twin_of given), to record in the store first
+    without_twin: int = 0  # (kernel, shape) pairs skipped because the kernel has no twin (twin_of given)
 
 
-def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1) -> Plan:
-    """What to measure: the `top` best verified offline kernels per shape on `gpu_label`, less the (kernel, shape)
-    pairs already measured in `mode`, grouped by kernel (first-seen order) in chunks of MAX_JOB_SHAPES."""
+def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1,
+         twin_of: Callable[[str], Twin | None] | None = None) -> Plan:
+    """What to measure: the `top` best verified offline kernels per shape on `gpu_label` (with `twin_of`, given a
+    kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in `mode`, grouped by
+    kernel (first-seen order) in chunks of MAX_JOB_SHAPES."""
     by_kernel: dict[str, list[Task]] = {}
     without_kernel: list[Task] = []
-    measured = 0
+    twins: dict[str, Twin | None] = {}  # chosen kernel's hash -> its twin (looked up once per kernel)
+    measured = without_twin = 0
     for task in tasks:
         best = store.best(task, gpu_label, mode=Mode.OFFLINE, baseline=None, limit=top)
         if not best:
             without_kernel.append(task)
         for h, _ in best:
+            if twin_of is not None:
+                if h not in twins:
+                    twins[h] = twin_of(h)
+                twin = twins[h]
+                if twin is None:
+                    without_twin += 1
+                    continue
+                h = twin.source_hash
             if store.measured_at(h, task, gpu_label, mode) is not None:
                 measured += 1
             else:
                 by_kernel.setdefault(h, []).append(task)
+    twin_sources = {t.source_hash: t for t in twins.values() if t is not None}
     jobs: list[Job] = []
     without_source = 0
     for h, kernel_tasks in by_kernel.items():
-        source = store.get_source(h)
+        source = twin_sources[h].source if h in twin_sources else store.get_source(h)
         if source is None:
             without_source += len(kernel_tasks)
             continue
         jobs += [Job(h, source, tuple(kernel_tasks[i:i + MAX_JOB_SHAPES]))
                  for i in range(0, len(kernel_tasks), MAX_JOB_SHAPES)]
-    return Plan(tuple(jobs), measured, tuple(without_kernel), without_source)
+    measured_twins = tuple(twin_sources[h] for h in by_kernel if h in twin_sources)
+    return Plan(tuple(jobs), measured, tuple(without_kernel), without_source, measured_twins, without_twin)
 
 
 @dataclass
@@ -133,7 +181,8 @@ class RemeasureSummary:
                  f"evaluations, {self.not_evaluated} not evaluated, in {self.elapsed_s:.0f} s; "
                  f"stopped: {self.stop_reason}",
                  f"skipped: {p.already_measured} (kernel, shape) already measured in {mode} mode, "
-                 f"{p.without_source} without a stored source"]
+                 f"{p.without_source} without a stored source"
+                 + (f", {p.without_twin} whose kernel has no host_cache twin" if p.without_twin else "")]
         if self.statuses:
             lines.append("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items())))
         if p.without_kernel:
@@ -207,7 +256,11 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
         raise RemeasureError(f"no CUDA GPU visible at index {request.gpu_index}: remeasuring times kernels on one")
     try:
         with ResultStore(db) as store, TuneLog(store) as log:
-            p = plan(store, tasks, gpu.label, request.mode, request.top)
+            twin_of = (lambda h: host_cache_twin(log.config_of(h))) if request.host_cache_twins else None
+            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of)
+            for twin in p.twins:  # as the tuner records what it generates: the source, and the config behind it
+                store.put_source(twin.source_hash, twin.source)
+                log.put_config(twin.source_hash, twin.record)
             # progress lines name a kernel by its tuner config, else by its first comment line
             names = {j.source_hash: getattr(log.config_of(j.source_hash), "name", None) or kernel_name(j.source)
                      or "(unnamed)" for j in p.jobs}

@@ -29,7 +29,7 @@
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
 #           grid's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
-#           the end; a later call goes on where it stopped), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
+#           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
 #           `cat` them into GRID_STORE to commit it)
@@ -229,7 +229,7 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     [[ $REMEASURE != grid ]] || sample=data/grid.csv
     for mode in ${REMEASURE_MODES:-server wallclock}; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
-        ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+        ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_$mode.md" \
         >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done

@@ -4,20 +4,23 @@ simulated GPU of tests/tune_fakes.py, the time budget, the CLI's errors; on a GP
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from cudal2 import remeasure, tune
 from cudal2.data import ShapeRow
+from cudal2.kernels.family import config_name, config_params
+from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.kernels.small import SmallFamily
-from cudal2.remeasure import RemeasureError, RemeasureRequest, plan
+from cudal2.remeasure import RemeasureError, RemeasureRequest, host_cache_twin, plan
 from cudal2.report import collect
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Mode, Status, Task
+from cudal2.sandbox.types import Mode, Status, Task, to_jsonable
 from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
@@ -88,6 +91,69 @@ def test_plan_top_two_and_another_mode(store):
     assert [len(j.tasks) for j in wallclock.jobs if j.source_hash == A] == [32, 32, 6]
     assert wallclock.already_measured == 0
     assert plan(store, ALL, "NVIDIA B200 (sm_100)", Mode.SERVER).without_kernel == tuple(ALL)
+
+
+# ------------------------------------------------------------------------------------- host_cache twins
+
+SM90_CFG = SM90.make(dict(bm=64, bn=16, bk=128, cluster_m=1, cluster_n=1, schedule="basic", scheduler="persistent",
+                          epilogue="tma", stages=4, swizzle=1, acc="fp32", splits=1))
+
+
+def _record(family, cfg) -> ConfigRecord:
+    """What the tuner's log holds for a config it generated."""
+    return ConfigRecord(family.name, config_name(family, cfg), to_jsonable(config_params(cfg)))
+
+
+def test_twin_is_the_same_sm90_config_with_host_cache_and_only_for_sm90_tuner_configs():
+    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    cfg = replace(SM90_CFG, host_cache=True)
+    assert twin is not None and twin.source == SM90.render(cfg) and twin.source_hash == source_hash(twin.source)
+    assert twin.record == _record(SM90, cfg) and twin.record.name.endswith("-host_cache1")
+    assert host_cache_twin(twin.record) is None  # a twin has no twin
+    assert host_cache_twin(_record(SmallFamily(), SmallFamily().default())) is None
+    assert host_cache_twin(None) is None  # a source the tuner did not generate
+
+
+def test_plan_with_twins_measures_each_sm90_kernels_twin_in_its_place(tmp_path):
+    """The chosen kernels: an sm90 one on two shapes (its twin already measured in server mode on one), a small one and
+    a hand-written one (no config record): only the sm90 kernel's twin is planned, on the shape it lacks."""
+    sm90, small, hand = (Task(64, 64, 64), Task(128, 128, 128)), Task(256, 256, 256), Task(512, 512, 512)
+    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    with ResultStore(tmp_path / "r.sqlite") as s, TuneLog(s) as log:
+        h_sm90, h_small = _put(s, "sm90", sm90[0], 1.0), _put(s, "small", small, 1.0)
+        _put(s, "sm90", sm90[1], 1.0)
+        _put(s, "hand", hand, 1.0)
+        log.put_config(h_sm90, _record(SM90, SM90_CFG))
+        log.put_config(h_small, _record(SmallFamily(), SmallFamily().default()))
+        s.put_result(twin.source_hash, GPU, Mode.SERVER, ok_result(sm90[0], 2.0, 10.0))
+        looked_up: list[str] = []
+
+        def twin_of(h: str):
+            looked_up.append(h)
+            return host_cache_twin(log.config_of(h))
+
+        p = plan(s, [*sm90, small, hand], GPU, Mode.SERVER, twin_of=twin_of)
+        assert [(j.source_hash, j.source, j.tasks) for j in p.jobs] == [(twin.source_hash, twin.source, (sm90[1],))]
+        assert (p.twins, p.already_measured, p.without_twin, p.without_source) == ((twin,), 1, 2, 0)
+        assert sorted(looked_up) == sorted({h_sm90, h_small, source_hash(kernel_source("hand"))})  # once per kernel
+        plain = plan(s, [*sm90, small, hand], GPU, Mode.SERVER)  # without twin_of: the kernels themselves
+        assert {j.source_hash for j in plain.jobs} == {h_sm90, h_small, source_hash(kernel_source("hand"))}
+        assert (plain.twins, plain.without_twin) == ((), 0)
+
+
+def test_run_with_twins_records_each_twins_source_and_config_first(tmp_path, fake_gpu):
+    db = str(tmp_path / "r.sqlite")
+    with ResultStore(db) as s, TuneLog(s) as log:
+        h = _put(s, "sm90", TWO[0], 1.0, gpu=FAKE_GPU.label)
+        log.put_config(h, _record(SM90, SM90_CFG))
+        _put(s, "hand", TWO[1], 1.0, gpu=FAKE_GPU.label)
+    summary = remeasure.run(_request(db, Mode.WALLCLOCK, host_cache_twins=True, budget_s=1e-9), out=lambda _: None,
+                            runner=SIMULATED)
+    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    assert [j.source_hash for j in summary.plan.jobs] == [twin.source_hash] and summary.not_evaluated == 1
+    assert "1 whose kernel has no host_cache twin" in summary.render()
+    with ResultStore(db) as s, TuneLog(s) as log:
+        assert s.get_source(twin.source_hash) == twin.source and log.config_of(twin.source_hash) == twin.record
 
 
 # ------------------------------------------------------------------------------------------------------- run
@@ -167,6 +233,7 @@ def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     ({"mode": Mode.CONFIRM, "top": 2}, "--top 2 with --mode confirm"),
     ({"budget_s": 0}, "must be positive"),
     ({"compile_workers": -1}, "--jobs -1"),
+    ({"mode": Mode.CONFIRM, "host_cache_twins": True}, "--host-cache-twins with --mode confirm"),
 ])
 def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
     db, _ = _tuned_store(tmp_path)
