@@ -32,7 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cudal2.kernels.family import config_name, config_params
+from cudal2.kernels.family import BadConfig, config_name, config_params
 from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.report import kernel_name
 from cudal2.sandbox.evaluator import EvalOptions, source_hash
@@ -99,10 +99,14 @@ class Twin:
 
 def host_cache_twin(record: ConfigRecord | None) -> Twin | None:
     """The twin of the kernel the tuner generated from `record`; None for another family, a source the tuner did not
-    generate (no record), or a config that already has host_cache."""
+    generate (no record), or a config that already has host_cache. BadConfig when the stored parameters no longer
+    build an sm90 config."""
     if record is None or record.family != SM90.name or record.params.get("host_cache"):
         return None
-    cfg = replace(SM90.make(record.params), host_cache=True)
+    try:
+        cfg = replace(SM90.make(record.params), host_cache=True)
+    except BadConfig as e:
+        raise BadConfig(f"stored config {record.name} cannot be rebuilt for its host_cache twin: {e}") from None
     source = SM90.render(cfg)
     return Twin(source_hash(source), source, ConfigRecord(SM90.name, config_name(SM90, cfg),
                                                           to_jsonable(config_params(cfg))))
@@ -264,7 +268,7 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
             # progress lines name a kernel by its tuner config, else by its first comment line
             names = {j.source_hash: getattr(log.config_of(j.source_hash), "name", None) or kernel_name(j.source)
                      or "(unnamed)" for j in p.jobs}
-    except StoreError as e:
+    except (StoreError, BadConfig) as e:
         raise RemeasureError(str(e)) from None
     summary = RemeasureSummary(request.mode, gpu.label, p)
     kernels = len({j.source_hash for j in p.jobs})
