@@ -32,14 +32,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cudal2.kernels.family import BadConfig, config_name, config_params
+from cudal2.kernels.family import BadConfig
 from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.report import kernel_name
 from cudal2.sandbox.evaluator import EvalOptions, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
-from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task, to_jsonable
+from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
 from cudal2.tune_log import ConfigRecord, TuneLog
 
@@ -108,8 +108,7 @@ def host_cache_twin(record: ConfigRecord | None) -> Twin | None:
     except BadConfig as e:
         raise BadConfig(f"stored config {record.name} cannot be rebuilt for its host_cache twin: {e}") from None
     source = SM90.render(cfg)
-    return Twin(source_hash(source), source, ConfigRecord(SM90.name, config_name(SM90, cfg),
-                                                          to_jsonable(config_params(cfg))))
+    return Twin(source_hash(source), source, ConfigRecord.of(SM90, cfg))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudal2.data import BadShapeFile, bucket, load_shapes
-from cudal2.kernels.family import BadConfig, KernelFamily, config_params
+from cudal2.kernels.family import BadConfig, KernelFamily
 from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
@@ -52,7 +52,7 @@ from cudal2.sandbox.lt_algo import CUBLASLT_AUTOTUNED, LtDecodeError
 from cudal2.sandbox.lt_algo import decode as decode_lt_algo
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
-from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task, to_jsonable
+from cudal2.sandbox.types import BadTask, EvalResult, Mode, ShapeResult, Status, Task
 from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
 from cudal2.tune_search import MODEL_MIN_RESULTS, Candidate, Proposal, Strategy, make_strategy
 
@@ -413,8 +413,7 @@ class Tuner:
         source = cand.family.render(cand.cfg)
         h = source_hash(source)
         self.store.put_source(h, source)
-        params = to_jsonable(config_params(cand.cfg))
-        self.log.put_config(h, ConfigRecord(cand.family.name, cand.name, params))
+        self.log.put_config(h, ConfigRecord.of(cand.family, cand.cfg))
         return [_Job(cand, source, h, tasks[i:i + MAX_JOB_SHAPES]) for i in range(0, len(tasks), MAX_JOB_SHAPES)]
 
     def _resume(self, jobs: list[_Job]) -> bool:

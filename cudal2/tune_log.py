@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudal2.kernels.family import KernelFamily, config_name, config_params
 from cudal2.sandbox.store import BUSY_TIMEOUT_S, ResultStore
-from cudal2.sandbox.types import EVALUATOR_VERSION, Mode, Status, Task
+from cudal2.sandbox.types import EVALUATOR_VERSION, Mode, Status, Task, to_jsonable
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tune_configs (
@@ -41,6 +42,11 @@ class ConfigRecord:
     family: str
     name: str  # config_name(family, cfg)
     params: dict[str, Any]  # JSON values (enums as their values)
+
+    @classmethod
+    def of(cls, family: KernelFamily, cfg: Any) -> ConfigRecord:
+        """The record of `cfg`, a config of `family`: what the log keeps for a source the family rendered from it."""
+        return cls(family.name, config_name(family, cfg), to_jsonable(config_params(cfg)))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import pytest
 
 from cudal2 import remeasure, tune
 from cudal2.data import ShapeRow
-from cudal2.kernels.family import config_name, config_params
 from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.kernels.small import SmallFamily
 from cudal2.remeasure import RemeasureError, RemeasureRequest, host_cache_twin, plan
@@ -20,7 +19,7 @@ from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Mode, Status, Task, to_jsonable
+from cudal2.sandbox.types import Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
@@ -99,18 +98,13 @@ SM90_CFG = SM90.make(dict(bm=64, bn=16, bk=128, cluster_m=1, cluster_n=1, schedu
                           epilogue="tma", stages=4, swizzle=1, acc="fp32", splits=1))
 
 
-def _record(family, cfg) -> ConfigRecord:
-    """What the tuner's log holds for a config it generated."""
-    return ConfigRecord(family.name, config_name(family, cfg), to_jsonable(config_params(cfg)))
-
-
 def test_twin_is_the_same_sm90_config_with_host_cache_and_only_for_sm90_tuner_configs():
-    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
     cfg = replace(SM90_CFG, host_cache=True)
     assert twin is not None and twin.source == SM90.render(cfg) and twin.source_hash == source_hash(twin.source)
-    assert twin.record == _record(SM90, cfg) and twin.record.name.endswith("-host_cache1")
+    assert twin.record == ConfigRecord.of(SM90, cfg) and twin.record.name.endswith("-host_cache1")
     assert host_cache_twin(twin.record) is None  # a twin has no twin
-    assert host_cache_twin(_record(SmallFamily(), SmallFamily().default())) is None
+    assert host_cache_twin(ConfigRecord.of(SmallFamily(), SmallFamily().default())) is None
     assert host_cache_twin(None) is None  # a source the tuner did not generate
 
 
@@ -118,13 +112,13 @@ def test_plan_with_twins_measures_each_sm90_kernels_twin_in_its_place(tmp_path):
     """The chosen kernels: an sm90 one on two shapes (its twin already measured in server mode on one), a small one and
     a hand-written one (no config record): only the sm90 kernel's twin is planned, on the shape it lacks."""
     sm90, small, hand = (Task(64, 64, 64), Task(128, 128, 128)), Task(256, 256, 256), Task(512, 512, 512)
-    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
     with ResultStore(tmp_path / "r.sqlite") as s, TuneLog(s) as log:
         h_sm90, h_small = _put(s, "sm90", sm90[0], 1.0), _put(s, "small", small, 1.0)
         _put(s, "sm90", sm90[1], 1.0)
         _put(s, "hand", hand, 1.0)
-        log.put_config(h_sm90, _record(SM90, SM90_CFG))
-        log.put_config(h_small, _record(SmallFamily(), SmallFamily().default()))
+        log.put_config(h_sm90, ConfigRecord.of(SM90, SM90_CFG))
+        log.put_config(h_small, ConfigRecord.of(SmallFamily(), SmallFamily().default()))
         s.put_result(twin.source_hash, GPU, Mode.SERVER, ok_result(sm90[0], 2.0, 10.0))
         looked_up: list[str] = []
 
@@ -145,11 +139,11 @@ def test_run_with_twins_records_each_twins_source_and_config_first(tmp_path, fak
     db = str(tmp_path / "r.sqlite")
     with ResultStore(db) as s, TuneLog(s) as log:
         h = _put(s, "sm90", TWO[0], 1.0, gpu=FAKE_GPU.label)
-        log.put_config(h, _record(SM90, SM90_CFG))
+        log.put_config(h, ConfigRecord.of(SM90, SM90_CFG))
         _put(s, "hand", TWO[1], 1.0, gpu=FAKE_GPU.label)
     summary = remeasure.run(_request(db, Mode.WALLCLOCK, host_cache_twins=True, budget_s=1e-9), out=lambda _: None,
                             runner=SIMULATED)
-    twin = host_cache_twin(_record(SM90, SM90_CFG))
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
     assert [j.source_hash for j in summary.plan.jobs] == [twin.source_hash] and summary.not_evaluated == 1
     assert "1 whose kernel has no host_cache twin" in summary.render()
     with ResultStore(db) as s, TuneLog(s) as log:
