@@ -16,7 +16,8 @@ replaced by its host_cache twin: the same config and device code, whose entry po
 between calls with the same pointers and shape (cudal2/kernels/sm90.py). The twin's source and config go into the
 store, and its figures compete with the kernel's own in that mode (`cudal2 export --mode wallclock` ships the faster);
 offline they tie, so the tuner never searches host_cache. Kernels without a twin (other families, hand-written
-sources, twins already) are counted and skipped.
+sources, twins already, and configs of an older version of sm90's space, which the tuner skips for the same reason:
+they no longer build) are counted and skipped.
 
 Shapes without a verified offline kernel on this GPU are counted and listed, never measured.
 Units: times in seconds unless named `_ms` / `_us`; speedups are baseline time over kernel time.
@@ -99,14 +100,14 @@ class Twin:
 
 def host_cache_twin(record: ConfigRecord | None) -> Twin | None:
     """The twin of the kernel the tuner generated from `record`; None for another family, a source the tuner did not
-    generate (no record), or a config that already has host_cache. BadConfig when the stored parameters no longer
-    build an sm90 config."""
+    generate (no record), a config that already has host_cache, or stored parameters that no longer build an sm90
+    config (a config of an older version of the space: tune.stored_candidates skips those too)."""
     if record is None or record.family != SM90.name or record.params.get("host_cache"):
         return None
     try:
         cfg = replace(SM90.make(record.params), host_cache=True)
-    except BadConfig as e:
-        raise BadConfig(f"stored config {record.name} cannot be rebuilt for its host_cache twin: {e}") from None
+    except BadConfig:
+        return None
     source = SM90.render(cfg)
     return Twin(source_hash(source), source, ConfigRecord.of(SM90, cfg))
 
@@ -267,7 +268,7 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
             # progress lines name a kernel by its tuner config, else by its first comment line
             names = {j.source_hash: getattr(log.config_of(j.source_hash), "name", None) or kernel_name(j.source)
                      or "(unnamed)" for j in p.jobs}
-    except (StoreError, BadConfig) as e:
+    except StoreError as e:
         raise RemeasureError(str(e)) from None
     summary = RemeasureSummary(request.mode, gpu.label, p)
     kernels = len({j.source_hash for j in p.jobs})

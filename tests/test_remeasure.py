@@ -150,13 +150,17 @@ def test_run_with_twins_records_each_twins_source_and_config_first(tmp_path, fak
         assert s.get_source(twin.source_hash) == twin.source and log.config_of(twin.source_hash) == twin.record
 
 
-def test_a_stored_sm90_config_that_no_longer_builds_is_a_one_line_error(tmp_path, fake_gpu):
+def test_a_stored_sm90_config_that_no_longer_builds_has_no_twin_and_is_counted(tmp_path, fake_gpu):
+    """As the tuner skips a config of an older version of sm90's space, so do the twins: counted, not an error."""
     db = str(tmp_path / "r.sqlite")
     with ResultStore(db) as s, TuneLog(s) as log:
         h = _put(s, "sm90", TWO[0], 1.0, gpu=FAKE_GPU.label)
         log.put_config(h, ConfigRecord(SM90.name, "sm90_wgmma-from-older-code", {"bm": 7}))
-    with pytest.raises(RemeasureError, match="sm90_wgmma-from-older-code cannot be rebuilt for its host_cache twin"):
-        remeasure.run(_request(db, Mode.WALLCLOCK, host_cache_twins=True), out=lambda _: None, runner=SIMULATED)
+        assert host_cache_twin(log.config_of(h)) is None
+    summary = remeasure.run(_request(db, Mode.WALLCLOCK, host_cache_twins=True), out=lambda _: None,
+                            runner=SIMULATED)
+    assert (summary.plan.jobs, summary.plan.without_twin, summary.stop_reason) == ((), 1, "nothing to measure")
+    assert "1 whose kernel has no host_cache twin" in summary.render()
 
 
 # ------------------------------------------------------------------------------------------------------- run
