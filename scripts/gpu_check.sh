@@ -27,8 +27,8 @@
 #           FILL_MINUTES (default 0) of `cudal2 tune --strategy fill`
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
-#           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (or =grid) re-times the tuned sample's (the
-#           grid's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
+#           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (=grid, =FILE) re-times the tuned sample's (the
+#           grid's, a shape CSV's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
 #           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
@@ -219,7 +219,7 @@ if [[ $what == grid ]]; then
   if [[ ${LLM_FILL_MINUTES:-0} != 0 ]]; then
     grid_tune --shapes data/llm_shapes.csv --strategy fill --budget-minutes "$LLM_FILL_MINUTES"
   fi
-  if [[ ${REMEASURE:-0} != 0 ]]; then  # REMEASURE=1: the tuned sample; REMEASURE=grid: all 1000 shapes
+  if [[ ${REMEASURE:-0} != 0 ]]; then  # REMEASURE=1: the tuned sample; =grid: all 1000 shapes; =FILE: that shape CSV
     sample=/tmp/grid-out/sample.csv
     python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from tune_gpu import stratified_sample
 keep = {f"{t.m},{t.n},{t.k}," for t in stratified_sample(int(sys.argv[1]))}
@@ -227,13 +227,15 @@ lines = open("data/grid.csv").read().splitlines()
 print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k in keep)]))' \
       "${TUNE_PER_BUCKET:-6}" > "$sample"
     [[ $REMEASURE != grid ]] || sample=data/grid.csv
+    [[ ! -f $REMEASURE ]] || sample=$REMEASURE
+    label=$(basename "${REMEASURE%.csv}")  # names the reports: 1, grid or the CSV's name
     for mode in ${REMEASURE_MODES:-server wallclock}; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
         ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
-      python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_$mode.md" \
+      python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
         >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
-    python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${REMEASURE}_offline.md" \
+    python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${label}_offline.md" \
       >/dev/null 2>&1
   fi
   if [[ ${CONFIRM:-0} != 0 ]]; then  # each shape's chosen kernel timed once more, offline, in a new evaluation
