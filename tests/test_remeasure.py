@@ -3,6 +3,8 @@ simulated GPU of tests/tune_fakes.py, the time budget, the CLI's errors; on a GP
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -148,6 +150,37 @@ def test_run_with_twins_records_each_twins_source_and_config_first(tmp_path, fak
     assert "1 whose kernel has no host_cache twin" in summary.render()
     with ResultStore(db) as s, TuneLog(s) as log:
         assert s.get_source(twin.source_hash) == twin.source and log.config_of(twin.source_hash) == twin.record
+
+
+def test_twins_gain_puts_each_measured_twin_in_its_kernels_place_faster_or_not(tmp_path):
+    """benchmarks/twins_gain.py: the chosen sm90 kernel on two shapes, its twin timed in wallclock mode on both (faster
+    on one, slower on the other: it replaces the kernel on both), a small kernel without a twin on a third shape, and
+    a fourth shape whose chosen kernel has no wallclock figure (counted missing)."""
+    gain = _twins_gain()
+    t1, t2, t3, t4 = Task(64, 64, 64), Task(128, 128, 128), Task(256, 256, 256), Task(512, 512, 512)
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
+    with ResultStore(tmp_path / "r.sqlite") as s, TuneLog(s) as log:
+        h = _put(s, "sm90", t1, 1.0)
+        _put(s, "sm90", t2, 1.0)
+        log.put_config(h, ConfigRecord.of(SM90, SM90_CFG))
+        _put(s, "small", t3, 1.0)
+        _put(s, "other", t4, 1.0)
+        for task, kernel_us, twin_us in ((t1, 20.0, 14.0), (t2, 20.0, 21.0)):  # vs cuBLAS 40 us
+            s.put_result(h, GPU, Mode.WALLCLOCK, ok_result(task, kernel_us, 40.0))
+            s.put_result(twin.source_hash, GPU, Mode.WALLCLOCK, ok_result(task, twin_us, 40.0))
+        _put(s, "small", t3, 10.0, mode=Mode.WALLCLOCK)
+        found, missing = gain.pairs(s, [t1, t2, t3, t4], GPU, Mode.WALLCLOCK)
+    assert missing == 1 and [p.task for p in found] == [t1, t2, t3] and found[2].twin is None
+    assert [gain.speedup(p.deployed) for p in found] == [40 / 14, 40 / 21, 1.0]
+    row = gain.summary("all", found).split(" | ")
+    assert row[1:5] == ["3", "2", "1/2", "2.50"]  # median of 6 us saved and 1 us lost
+    assert row[5:7] == [f"{(2 * 2 * 1) ** (1 / 3):.3f}x", f"{(40 / 14 * 40 / 21) ** (1 / 3):.3f}x |"]
+
+
+def _twins_gain():
+    """benchmarks/twins_gain.py as a module (benchmarks/ holds scripts, not a package)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("twins_gain")
 
 
 def test_a_stored_sm90_config_that_no_longer_builds_has_no_twin_and_is_counted(tmp_path, fake_gpu):
