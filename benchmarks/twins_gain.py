@@ -22,8 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudal2.remeasure import host_cache_twin
-from cudal2.report import geomean
+from cudal2.report import geomean, measured_twin
 from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import Mode, ShapeResult, Status, Task
 from cudal2.tune import TuneInputError, load_tasks
@@ -63,8 +62,8 @@ def pairs(store: ResultStore, tasks: list[Task], gpu: str, mode: Mode) -> tuple[
             if kernel is None:
                 missing += 1
                 continue
-            twin = host_cache_twin(log.config_of(chosen[0][0]))
-            out.append(Pair(task, kernel, _ok(store.get_result(twin.source_hash, task, gpu, mode)) if twin else None))
+            twin = measured_twin(store, log, task, gpu, mode)
+            out.append(Pair(task, kernel, _ok(twin[1]) if twin else None))
     return out, missing
 
 

@@ -269,6 +269,9 @@ def _add_report_parser(sub) -> None:
     rp.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
     rp.add_argument("--out", default=None, help="write the markdown here instead of printing it")
     rp.add_argument("--heatmap", default=None, help="also draw a PNG heatmap of speedup vs cuBLAS (needs matplotlib)")
+    rp.add_argument("--host-cache-twins", action="store_true",
+                    help="server or wallclock: where `cudal2 remeasure --host-cache-twins` timed a chosen sm90 "
+                         "kernel's host_cache twin, report the twin's figure in its place")
     rp.set_defaults(func=cmd_report)
 
 
@@ -277,7 +280,8 @@ def cmd_report(args) -> int:
 
     req = report.ReportRequest(args.shapes, args.gpu, Mode(args.mode), Acc(args.acc) if args.acc else None,
                                Path(args.db) if args.db else default_db_path(),
-                               Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None)
+                               Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None,
+                               args.host_cache_twins)
     try:
         print(report.run(req))
     except report.ReportError as e:

@@ -30,19 +30,18 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudal2.kernels.family import BadConfig
-from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.report import kernel_name
-from cudal2.sandbox.evaluator import EvalOptions, source_hash
+from cudal2.sandbox.evaluator import EvalOptions
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
 from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
 from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
-from cudal2.tune_log import ConfigRecord, TuneLog
+from cudal2.tune_log import TuneLog
+from cudal2.twins import Twin, host_cache_twin
 
 SHOWN_MISSING = 8  # shapes without a kernel named in the summary; the rest are counted
 
@@ -87,29 +86,6 @@ class Job:
     source_hash: str
     source: str
     tasks: tuple[Task, ...]
-
-
-@dataclass(frozen=True)
-class Twin:
-    """A stored kernel's host_cache twin: its sm90 config with host_cache on (same device code)."""
-
-    source_hash: str
-    source: str
-    record: ConfigRecord  # what the tuner's log records for it, so that reports and progress lines name it
-
-
-def host_cache_twin(record: ConfigRecord | None) -> Twin | None:
-    """The twin of the kernel the tuner generated from `record`; None for another family, a source the tuner did not
-    generate (no record), a config that already has host_cache, or stored parameters that no longer build an sm90
-    config (a config of an older version of the space: tune.stored_candidates skips those too)."""
-    if record is None or record.family != SM90.name or record.params.get("host_cache"):
-        return None
-    try:
-        cfg = replace(SM90.make(record.params), host_cache=True)
-    except BadConfig:
-        return None
-    source = SM90.render(cfg)
-    return Twin(source_hash(source), source, ConfigRecord.of(SM90, cfg))
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cudal2 import remeasure, tune
+from cudal2 import remeasure, report, tune
 from cudal2.data import ShapeRow
 from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.kernels.small import SmallFamily
-from cudal2.remeasure import RemeasureError, RemeasureRequest, host_cache_twin, plan
+from cudal2.remeasure import RemeasureError, RemeasureRequest, plan
 from cudal2.report import collect
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
@@ -25,6 +25,7 @@ from cudal2.sandbox.types import Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
+from cudal2.twins import host_cache_twin
 from tests.library_fixtures import GPU, kernel_source, ok_result
 from tests.sandbox.test_store import failed_result
 from tests.test_cli import run as run_cli
@@ -175,6 +176,39 @@ def test_twins_gain_puts_each_measured_twin_in_its_kernels_place_faster_or_not(t
     row = gain.summary("all", found).split(" | ")
     assert row[1:5] == ["3", "2", "1/2", "2.50"]  # median of 6 us saved and 1 us lost
     assert row[5:7] == [f"{(2 * 2 * 1) ** (1 / 3):.3f}x", f"{(40 / 14 * 40 / 21) ** (1 / 3):.3f}x |"]
+
+
+def test_report_with_twins_shows_each_measured_twin_in_its_kernels_place(tmp_path):
+    """`cudal2 report --mode wallclock --host-cache-twins`: the chosen sm90 kernel's twin stands in on a shape where it
+    is slower (no best-of-2) and on one where the kernel itself has no wallclock figure; a kernel without a twin keeps
+    its own figure; a shape with neither stays missing. Offline, the flag is a one-line error."""
+    t1, t2, t3, t4 = Task(64, 64, 64), Task(128, 128, 128), Task(256, 256, 256), Task(512, 512, 512)
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as s, TuneLog(s) as log:
+        h = _put(s, "sm90", t1, 1.0)
+        _put(s, "sm90", t2, 1.0)
+        _put(s, "sm90", t4, 1.0)
+        log.put_config(h, ConfigRecord.of(SM90, SM90_CFG))
+        log.put_config(twin.source_hash, twin.record)  # as remeasure records it
+        h_small = _put(s, "small", t3, 1.0)
+        s.put_result(h, GPU, Mode.WALLCLOCK, ok_result(t1, 20.0, 40.0))
+        s.put_result(twin.source_hash, GPU, Mode.WALLCLOCK, ok_result(t1, 25.0, 40.0))
+        s.put_result(twin.source_hash, GPU, Mode.WALLCLOCK, ok_result(t2, 10.0, 40.0))
+        _put(s, "small", t3, 8.0, mode=Mode.WALLCLOCK)
+        rows = [ShapeRow(t.m, t.n, t.k, "fp32", "train", "test") for t in (t1, t2, t3, t4)]
+        plain = collect(rows, s, GPU, Mode.WALLCLOCK)
+        twins = collect(rows, s, GPU, Mode.WALLCLOCK, host_cache_twins=True)
+    assert [e.kernel_hash for e in plain] == [h, None, h_small, None]
+    assert [e.kernel_hash for e in twins] == [twin.source_hash, twin.source_hash, h_small, None]
+    assert [e.twin for e in twins] == [True, True, False, False] and twins[0].kernel_name == twin.record.name
+    assert [e.speedups.get("cublas") for e in twins] == [40 / 25, 4.0, 10 / 8, None]
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K,acc,split,source\n" + "".join(f"{t.m},{t.n},{t.k},fp32,train,test\n" for t in (t1, t2, t3, t4)))
+    text = report.run(report.ReportRequest(str(shapes), GPU, Mode.WALLCLOCK, None, db, None, None, True))
+    assert "on 2 shapes the figure is the chosen kernel's host_cache twin's" in text and "3/4 shapes" in text
+    with pytest.raises(report.ReportError, match="--host-cache-twins with --mode offline"):
+        report.run(report.ReportRequest(str(shapes), GPU, Mode.OFFLINE, None, db, None, None, True))
 
 
 def _twins_gain():
