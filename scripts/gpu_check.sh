@@ -233,7 +233,7 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
         ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
-        >/dev/null 2>&1 || echo "report sample $mode: exit $?"
+        ${REMEASURE_TWINS:+--host-cache-twins} >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${label}_offline.md" \
       >/dev/null 2>&1
