@@ -9,8 +9,8 @@ the entry point keeps CUTLASS's parameters between calls with the same pointers 
 speedup over the cuBLAS baseline timed in its own evaluation, so the two share no baseline run. Printed: how many
 shapes have a twin figure, how often the twin is faster, the median time it saves per call (us), and the set's
 geomean vs cuBLAS as `report` shows it and with every measured twin in its kernel's place (what `report
---host-cache-twins` shows). The twin replaces its
-kernel whenever it was measured, faster or not: taking the faster of the two figures would be a best-of-2 on noise.
+--host-cache-twins` shows). The twin replaces its kernel whenever it was measured, faster or not: taking the faster
+of the two figures would be a best-of-2 on noise.
 By MNK bucket as the report's targets cut it (small < 2^27, large >= 2^36).
 """
 

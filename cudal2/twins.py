@@ -1,8 +1,9 @@
 """sm90 host_cache twins: the same kernel with its host-side setup kept between calls.
 
-An sm90 kernel's entry point builds CUTLASS's parameters (TMA descriptors, tile scheduler) on every call: a few us of
-host time (on the H200 grid, twins save a median 5.5 us per wallclock call; RESULTS, twenty-seventh session). Its twin is the same config with `host_cache` on: identical device code, and an entry point
-that keeps those parameters between calls with the same pointers and shape. Offline (CUDA-graph replay) the two time
+An sm90 kernel's entry point builds CUTLASS's parameters (TMA descriptors, tile scheduler) on every call: a few us
+of host time (on the H200 grid, a twin saves a median 4.8 us per wallclock call; RESULTS, twenty-eighth session).
+Its twin is the same config with `host_cache` on: identical device code, and an entry point that keeps those
+parameters between calls with the same pointers and shape. Offline (CUDA-graph replay) the two time
 the same, so the tuner never proposes twins; in server and wallclock mode, where a call's host code is timed, a
 twin can be faster. `cudal2 remeasure --host-cache-twins` times them; `cudal2 report --host-cache-twins` reports
 them in their kernels' place; benchmarks/twins_gain.py compares the two.
