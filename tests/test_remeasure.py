@@ -204,7 +204,8 @@ def test_report_with_twins_shows_each_measured_twin_in_its_kernels_place(tmp_pat
     assert [e.twin for e in twins] == [True, True, False, False] and twins[0].kernel_name == twin.record.name
     assert [e.speedups.get("cublas") for e in twins] == [40 / 25, 4.0, 10 / 8, None]
     shapes = tmp_path / "shapes.csv"
-    shapes.write_text("M,N,K,acc,split,source\n" + "".join(f"{t.m},{t.n},{t.k},fp32,train,test\n" for t in (t1, t2, t3, t4)))
+    shapes.write_text("M,N,K,acc,split,source\n"
+                      + "".join(f"{t.m},{t.n},{t.k},fp32,train,test\n" for t in (t1, t2, t3, t4)))
     text = report.run(report.ReportRequest(str(shapes), GPU, Mode.WALLCLOCK, None, db, None, None, True))
     assert "on 2 shapes the figure is the chosen kernel's host_cache twin's" in text and "3/4 shapes" in text
     with pytest.raises(report.ReportError, match="--host-cache-twins with --mode offline"):
