@@ -51,6 +51,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/cudal2-cache}
+python3 -c 'from cudal2.sandbox.compiler import cutlass_include_dir as d; raise SystemExit(d() is None)' \
+  || echo "note: no CUTLASS/CuTe headers (carry .whl with nvidia-cutlass): sm90 kernels come back internal_error, unstored"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv; nvcc --version | tail -1;
   python3 -c 'import torch; print("torch", torch.__version__)'; git log -1 --format='commit %H %s' 2>/dev/null; } \
   | tee "$OUT/env.txt"

@@ -40,6 +40,8 @@ from cudal2.sandbox.types import (
 # Plausibility gate: no HGEMM on any GPU we target runs faster than this (H200 dense fp16 is ~990 TFLOP/s by
 # the datasheet; 1.5x headroom). A faster reported time means the measurement was fooled.
 ROOFLINE_FLOPS_PER_S = 1.5e15
+NO_CUTLASS_HEADERS = ("the source includes CUTLASS/CuTe headers and this machine has none (pip install --no-deps "
+                      "nvidia-cutlass==4.2.0.0, or set CUDAL2_CUTLASS_INCLUDE); not compiled, not stored")
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,10 @@ class Evaluator:
         violations = static_check.check_source(source)
         if violations:
             return final(None, Status.STATIC_REJECT, str(violations[0]), violations)
+        if static_check.includes_cutlass(source) and compiler.cutlass_include_dir() is None:
+            # Not a compile_error: stored, it would bar a good kernel from every later run on a machine that has
+            # the headers (seen on the H200 when the carried wheels were left out). internal_error is never stored.
+            return final(None, Status.INTERNAL_ERROR, NO_CUTLASS_HEADERS)
         comp = compiler.compile_source(source, self.arch, self.cache_dir, timeout_s=self.options.compile_timeout_s)
         if comp.status != Status.COMPILED:
             return final(comp, comp.status, comp.reason)

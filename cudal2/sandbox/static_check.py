@@ -691,6 +691,15 @@ def check_source(source: str) -> list[Violation]:
 
 
 
+_CUTLASS_INCLUDE = re.compile(_include(r"(?:cute|cutlass)/[\w./]+"))
+
+
+def includes_cutlass(source: str) -> bool:
+    """True when the source #includes a CUTLASS or CuTe header outside comments. Such a source needs the pinned
+    nvidia-cutlass headers: on a machine without them its compile error is the machine's, not the candidate's."""
+    return _CUTLASS_INCLUDE.search(_view(source).code) is not None
+
+
 def spells_programmatic_launch(source: str) -> bool:
     """True when the source names programmatic dependent launch (PDL_RULES) anywhere outside comments."""
     view = _view(source)

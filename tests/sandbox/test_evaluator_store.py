@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.sandbox import evaluator as evaluator_module
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared, source_hash
 from cudal2.sandbox.store import ResultStore
@@ -59,3 +60,15 @@ def test_a_stored_run_failure_is_served_unless_retry_names_its_status(tmp_path, 
         measured, harness = _evaluator(store, fresh=True)
         measured.run(prepared)
         assert harness.runs == [[TASK]]  # --fresh measures whatever is stored
+
+
+def test_a_cutlass_source_without_the_headers_is_an_internal_error_that_is_not_stored(tmp_path, monkeypatch):
+    """Without the pinned CUTLASS/CuTe headers a CuTe kernel cannot compile: the machine's fault, so internal_error,
+    never stored (a stored compile_error would bar the kernel from every later run, on machines with the headers)."""
+    monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", "")  # '' disables the headers (compiler.cutlass_include_dir)
+    source, task = SM90.render(SM90.default()), Task(256, 256, 256)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        res = Evaluator(EvalOptions(arch="sm_90a"), store).evaluate(source, [task])
+        assert [(s.status, s.reason) for s in res.shapes] == [(Status.INTERNAL_ERROR,
+                                                               evaluator_module.NO_CUTLASS_HEADERS)]
+        assert store.counts_by_status() == {}  # nothing stored

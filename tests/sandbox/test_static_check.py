@@ -564,3 +564,16 @@ def test_garbage_and_missing_files_are_violations_not_exceptions(tmp_path):
 def test_missing_binutils_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert [v.rule for v in check_library(str(tmp_path / "x.so"))] == ["link_check_unavailable"]
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("#include <cute/tensor.hpp>\n", True),
+    ('#  include "cutlass/gemm/device/gemm_universal_adapter.h"\n', True),
+    ("// #include <cute/tensor.hpp>\n#include <cuda_fp16.h>\n", False),  # commented out: compiles without them
+    ('const char* s = "#include <cutlass/cutlass.h>";\n', False),
+    ("#include <cuda_fp16.h>\n#include <mma.h>\n", False),
+])
+def test_includes_cutlass_sees_only_real_includes(source, expected):
+    """The evaluator calls a source that needs the CUTLASS headers an internal_error where they are missing; a
+    commented-out include must not turn an ordinary compile error into that (unstored, unpenalised) verdict."""
+    assert static_check.includes_cutlass(source) is expected
