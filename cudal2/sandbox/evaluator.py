@@ -129,7 +129,7 @@ class Evaluator:
         violations = static_check.check_source(source)
         if violations:
             return final(None, Status.STATIC_REJECT, str(violations[0]), violations)
-        if static_check.includes_cutlass(source) and compiler.cutlass_include_dir() is None:
+        if compiler.cutlass_include_dir() is None and static_check.includes_cutlass(source):  # scan only if missing
             # Not a compile_error: stored, it would bar a good kernel from every later run on a machine that has
             # the headers (seen on the H200 when the carried wheels were left out). internal_error is never stored.
             return final(None, Status.INTERNAL_ERROR, NO_CUTLASS_HEADERS)

@@ -690,7 +690,6 @@ def check_source(source: str) -> list[Violation]:
     return sorted(found, key=lambda v: (v.line, v.rule))
 
 
-
 _CUTLASS_INCLUDE = re.compile(_include(r"(?:cute|cutlass)/[\w./]+"))
 
 
