@@ -152,7 +152,7 @@ def cache_key(source: str, arch: str, flags: list[str], version: str) -> str:
         "nvcc": version,
         "arch": arch,
         "evaluator": EVALUATOR_VERSION,
-        "cutlass": _cutlass_marker(cutlass_include_dir()),
+        "cutlass": _cutlass_marker(include),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
