@@ -454,7 +454,7 @@ def _fmt_us(s: ShapeResult, name: str) -> str:
 def _table(rows: list[tuple[str, ShapeResult]], with_candidate: bool) -> str:
     head = f"{'file':<28} {'shape':<18} {'status':<19}" if with_candidate else f"{'shape':<18}"
     cols = (["candidate"] if with_candidate else []) + list(BASELINES)
-    lines = [head + "".join(f" {c[:9]:>9}" for c in cols) + ("  speedup(cublas)  reason" if with_candidate else "")]
+    lines = [head + "".join(f" {c[:9]:>9}" for c in cols) + ("  speedup(cublas)  paired  reason" if with_candidate else "")]
     for file, s in rows:
         line = (f"{Path(file).name[:28]:<28} {s.task.mnk:<18} {s.status.value:<19}" if with_candidate
                 else f"{s.task.mnk:<18}")
@@ -462,9 +462,12 @@ def _table(rows: list[tuple[str, ShapeResult]], with_candidate: bool) -> str:
         if with_candidate:
             sp = s.speedup("cublas")
             line += f"  {sp:14.3f}x  " if sp else f"  {'-':>15}  "
+            pp = s.paired_speedup("cublas")
+            line += f"{pp:5.3f}x  " if pp else f"{'-':>6}  "
             line += s.reason[:100]
         lines.append(line)
-    lines.append("(times: median microseconds per call)")
+    lines.append("(times: median microseconds per call; speedup: ratio of the medians; paired: median over "
+                 "repetitions of cuBLAS's time over the candidate's in that repetition)")
     return "\n".join(lines)
 
 

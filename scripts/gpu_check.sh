@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|paired|tune|grid|all]   (default all = smoke, tests, bench)
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
 #     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel and cuBLAS's on
 #              PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall reasons per kernel)
+#     paired: benchmarks/paired_noise.py on the grid store's chosen kernels of PAIRED_COUNT (24) shapes with
+#             MNK >= 2^PAIRED_MIN_LOG2_MNK (36), each timed PAIRED_REPEATS (3) times: paired speedup vs ratio of medians
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -125,6 +127,11 @@ if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel 
     --shapes ${PROFILE_SHAPES:-1024x512x256 512x1024x256 256x2048x1024 1024x1024x128 128x4096x256 512x2048x64 \
       128x128x16384 256x12288x4096 12288x8192x4096 64x64x64 4096x4096x4096} 2>&1 | tee "$OUT/kernel_profile.log" || rc=1
   tar -czf "$OUT/kernel_profile_raw.tar.gz" -C /tmp/profile-raw . 2>/dev/null
+fi
+if [[ $what == paired ]]; then  # the paired speedup against the ratio of medians, on the grid store's chosen kernels
+  store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
+  python3 benchmarks/paired_noise.py --db "$store" --count "${PAIRED_COUNT:-24}" --repeats "${PAIRED_REPEATS:-3}" \
+    --min-log2-mnk "${PAIRED_MIN_LOG2_MNK:-36}" --json "$OUT/paired_noise.json" 2>&1 | tee "$OUT/paired_noise.log" || rc=1
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1

@@ -31,6 +31,7 @@ from cudal2.sandbox.types import (
     CompileResult,
     EvalResult,
     Mode,
+    PairedSpeedup,
     ShapeResult,
     Status,
     Task,
@@ -295,8 +296,9 @@ def shape_from_event(task: Task, ev: dict, notes: tuple[str, ...]) -> ShapeResul
                   f"({ROOFLINE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ceiling): the timing was fooled")
     if status == Status.OK and not reason:
         reason = "correct and timed" if cand is not None else "timed"
+    paired = {k: PairedSpeedup(**v) for k, v in (ev.get("paired") or {}).items()}
     return ShapeResult(task, status, reason, max_rel_err=ev.get("max_rel_err"), timings=timings,
-                       graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes)
+                       graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes, paired=paired)
 
 
 def _sandbox_notes(run: HarnessRun) -> tuple[str, ...]:

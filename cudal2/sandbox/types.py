@@ -197,6 +197,18 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class PairedSpeedup:
+    """The candidate's speedup over one baseline, paired by repetition: quantiles over r of baseline_r / candidate_r
+    (dimensionless, >1 means the candidate is faster). Both samples of a pair were timed in the same repetition, so
+    a shift of the GPU's state between repetitions cancels in the ratio (see harness.cu `paired_json`)."""
+
+    median: float
+    p10: float
+    p90: float
+    reps: int
+
+
+@dataclass(frozen=True)
 class ShapeResult:
     """Outcome of one candidate on one task."""
 
@@ -208,6 +220,9 @@ class ShapeResult:
     graph: bool | None = None  # offline timing used CUDA-graph replay
     checks: tuple[str, ...] = ()  # names of the runtime checks that ran and passed
     notes: tuple[str, ...] = ()  # e.g. sandbox measures the machine did not permit
+    # baseline name -> paired speedup; empty for results measured before the harness reported it (store rows
+    # older than 2026-12-03's thirtieth session) and for baseline-only runs
+    paired: dict[str, PairedSpeedup] = field(default_factory=dict)
 
     def speedup(self, baseline: str) -> float | None:
         """Baseline median time over candidate median time (>1 means the candidate is faster)."""
@@ -224,6 +239,11 @@ class ShapeResult:
                 if s is not None:
                     out[name] = s
         return out
+
+    def paired_speedup(self, baseline: str) -> float | None:
+        """Median over repetitions of baseline_r / candidate_r, or None where it was not measured."""
+        p = self.paired.get(baseline)
+        return p.median if p is not None else None
 
 
 @dataclass(frozen=True)
@@ -270,4 +290,5 @@ def shape_result_from_json(d: dict) -> ShapeResult:
         graph=d.get("graph"),
         checks=tuple(d.get("checks") or ()),
         notes=tuple(d.get("notes") or ()),
+        paired={k: PairedSpeedup(**v) for k, v in (d.get("paired") or {}).items()},
     )

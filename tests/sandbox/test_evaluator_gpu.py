@@ -52,6 +52,19 @@ def test_legit_kernels_ok(evaluator, path):
         assert s.status == Status.OK, f"{path.name} {s.task.mnk}: {s.status.value}: {s.reason}"
         assert s.timings["candidate"].median_us > 0
         assert "cublas" in s.timings and s.speedup("cublas") > 0
+        assert_paired(s)
+
+
+def assert_paired(s) -> None:
+    """Every baseline has a speedup paired by repetition, bounded by the extreme samples' ratios (at <= 50
+    repetitions p99 is the largest sample)."""
+    cand = s.timings["candidate"]
+    assert set(s.paired) == set(s.timings) - {"candidate"}
+    for name, p in s.paired.items():
+        base = s.timings[name]
+        assert p.reps == cand.reps == base.reps
+        assert p.p10 <= p.median <= p.p90
+        assert base.min_us / cand.p99_us <= p.median <= base.p99_us / cand.min_us
 
 
 # Kernels decided at compile time are covered by the CPU corpus test; the compile-time bomb would only burn
@@ -117,6 +130,7 @@ def test_wallclock_mode_times_plain_calls_and_still_reverifies():
     assert res.status == Status.OK, res.reason
     assert res.timings["candidate"].reps >= 20 and res.speedup("cublas") > 0
     assert {"cublaslt_heuristic", "cublaslt_autotuned"} <= set(res.timings)
+    assert_paired(res)
 
 
 
@@ -133,7 +147,9 @@ def test_pdl_is_allowed_inside_a_call_and_rejected_between_calls_in_every_mode(m
     assert between.status == Status.REJECTED_BEHAVIOUR, between.reason
     assert "across calls" in between.reason
 
+
 def test_baselines_alone():
     res = Evaluator(FAST).baselines([Task(512, 512, 512)])[0]
     assert res.status == Status.OK, res.reason
     assert {"cublas", "cublaslt_heuristic", "cublaslt_autotuned"} <= set(res.timings)
+    assert res.paired == {}  # nothing to pair without a candidate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 import sqlite3
@@ -13,7 +15,7 @@ import pytest
 
 import cudal2
 from cudal2.sandbox.store import ResultStore, StoreError, default_db_path, log2_distance
-from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task, Timing
+from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, PairedSpeedup, ShapeResult, Status, Task, Timing
 
 GPU = "NVIDIA H200 (sm_90a)"
 
@@ -130,8 +132,10 @@ def test_source_round_trip(store: ResultStore) -> None:
         ok_result(Task(128, 256, 512, Acc.FP16), 1.0),
         failed_result(Task(1, 1, 1)),
         ShapeResult(Task(8, 8, 8), Status.COMPILED, "", notes=("compile-only",)),
+        dataclasses.replace(ok_result(Task(8192, 8192, 8192), 900.0, 1000.0),
+                            paired={"cublas": PairedSpeedup(1.11, 1.09, 1.12, 10)}),
     ],
-    ids=["ok-all-baselines", "ok-fp16", "wrong-answer", "compiled"],
+    ids=["ok-all-baselines", "ok-fp16", "wrong-answer", "compiled", "ok-paired"],
 )
 def test_result_round_trip(store: ResultStore, result: ShapeResult, mode: Mode | str) -> None:
     store.put_result("h", GPU, mode, result)
@@ -139,6 +143,21 @@ def test_result_round_trip(store: ResultStore, result: ShapeResult, mode: Mode |
     assert store.get_result("h", result.task, "other gpu", mode) is None
     other_mode = "offline" if Mode(mode) is Mode.SERVER else "server"
     assert store.get_result("h", result.task, GPU, other_mode) is None
+
+
+def test_a_row_stored_before_paired_speedups_existed_restores_without_them(tmp_path: Path) -> None:
+    """Rows written before the harness reported paired speedups have no "paired" key in their JSON."""
+    result = ok_result(Task(64, 64, 64), 2.0)
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.put_result("h", GPU, Mode.OFFLINE, result)
+    with sqlite3.connect(tmp_path / "r.sqlite") as c:
+        (js,) = c.execute("SELECT result_json FROM results").fetchone()
+        old = json.loads(js)
+        del old["paired"]
+        c.execute("UPDATE results SET result_json = ?", (json.dumps(old),))
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        back = store.get_result("h", result.task, GPU, Mode.OFFLINE)
+    assert back == result and back.paired == {} and back.paired_speedup("cublas") is None
 
 
 def test_denormalised_columns(store: ResultStore) -> None:

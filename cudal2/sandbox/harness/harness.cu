@@ -374,6 +374,7 @@ struct Outcome {
   bool graph = false;
   std::vector<std::string> checks;
   std::string timings_json;
+  std::string paired_json;  // {"cublas": {"median": baseline/candidate, ...}, ...}; empty without a candidate
   std::string algo_hex = "-";
   bool fail(const std::string& st, const std::string& why) {
     status = st;
@@ -855,13 +856,39 @@ static bool launch(Ctx& c, Timed& t, int R, int set) {
   return t.call(set);
 }
 
+// Quantile f (0..1) of sorted, non-empty v, nearest rank.
+static double quantile(const std::vector<float>& v, double f) {
+  return (double)v[std::min(v.size() - 1, (size_t)(f * (v.size() - 1) + 0.5))];
+}
+
 static std::string timing_json(std::vector<float> v) {
   std::sort(v.begin(), v.end());
-  auto q = [&](double f) { return (double)v[std::min(v.size() - 1, (size_t)(f * (v.size() - 1) + 0.5))]; };
-  double med = q(0.5);
+  double med = quantile(v, 0.5);
   return fmt("{\"median_us\":%s,\"min_us\":%s,\"p10_us\":%s,\"p90_us\":%s,\"p99_us\":%s,\"spread\":%s,\"reps\":%zu}",
-             jnum(med).c_str(), jnum(v.front()).c_str(), jnum(q(0.1)).c_str(), jnum(q(0.9)).c_str(),
-             jnum(q(0.99)).c_str(), jnum(med > 0 ? (q(0.9) - q(0.1)) / med : 0).c_str(), v.size());
+             jnum(med).c_str(), jnum(v.front()).c_str(), jnum(quantile(v, 0.1)).c_str(), jnum(quantile(v, 0.9)).c_str(),
+             jnum(quantile(v, 0.99)).c_str(), jnum(med > 0 ? (quantile(v, 0.9) - quantile(v, 0.1)) / med : 0).c_str(),
+             v.size());
+}
+
+// The candidate's speedup over each baseline, paired by repetition: the median over r of baseline_r / candidate_r.
+// time_all times every path once per repetition, in shuffled order, so the two samples of a pair are adjacent in
+// time. A shift of the GPU's state between repetitions (a large shape's samples fall in two clusters ~15% apart on
+// both sides, e.g. 8192x14336x4096 near 1,260 or 1,460-1,510 us) moves both samples and cancels in their ratio; the
+// ratio of the two medians does not cancel it when the medians land in different clusters. ts[0] is the candidate.
+static std::string paired_json(const std::vector<Timed>& ts) {
+  std::string j;
+  const std::vector<float>& cand = ts[0].samples_us;
+  for (size_t i = 1; i < ts.size(); ++i) {
+    std::vector<float> r;
+    for (size_t k = 0; k < cand.size() && k < ts[i].samples_us.size(); ++k)
+      if (cand[k] > 0) r.push_back(ts[i].samples_us[k] / cand[k]);
+    if (r.empty()) continue;
+    std::sort(r.begin(), r.end());
+    j += (j.empty() ? "" : ",") + jstr(ts[i].name) +
+         fmt(":{\"median\":%s,\"p10\":%s,\"p90\":%s,\"reps\":%zu}", jnum(quantile(r, 0.5)).c_str(),
+             jnum(quantile(r, 0.1)).c_str(), jnum(quantile(r, 0.9)).c_str(), r.size());
+  }
+  return "{" + j + "}";
 }
 
 // Interleaved timing of all `ts`, in a fresh random order every repetition.
@@ -1034,6 +1061,7 @@ static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
     std::string j;
     for (Timed& x : ts) j += (j.empty() ? "" : ",") + jstr(x.name) + ":" + timing_json(x.samples_us);
     out.timings_json = "{" + j + "}";
+    if (c.cand && ts.size() > 1) out.paired_json = paired_json(ts);
   }
   for (Timed& x : ts)
     if (x.exec) cudaGraphExecDestroy(x.exec);
@@ -1106,7 +1134,8 @@ static std::string task_line(const TaskSpec& t, const Outcome& o) {
   return fmt("\"event\":\"task\",\"m\":%d,\"n\":%d,\"k\":%d,\"acc\":\"%s\",", t.m, t.n, t.k, t.acc16 ? "fp16" : "fp32") +
          "\"status\":" + jstr(o.status) + ",\"reason\":" + jstr(o.reason) + ",\"max_rel_err\":" + jnum(o.max_err) +
          ",\"graph\":" + (o.graph ? "true" : "false") + ",\"checks\":[" + checks + "],\"timings\":" +
-         (o.timings_json.empty() ? "{}" : o.timings_json) + ",\"algo_hex\":" + jstr(o.algo_hex);
+         (o.timings_json.empty() ? "{}" : o.timings_json) +
+         ",\"paired\":" + (o.paired_json.empty() ? "{}" : o.paired_json) + ",\"algo_hex\":" + jstr(o.algo_hex);
 }
 
 static void init_gpu(Ctx& c) {
