@@ -31,11 +31,11 @@ from cudal2.sandbox.types import (
     CompileResult,
     EvalResult,
     Mode,
-    PairedSpeedup,
     ShapeResult,
     Status,
     Task,
     Timing,
+    paired_from_json,
 )
 
 # Plausibility gate: no HGEMM on any GPU we target runs faster than this (H200 dense fp16 is ~990 TFLOP/s by
@@ -296,9 +296,9 @@ def shape_from_event(task: Task, ev: dict, notes: tuple[str, ...]) -> ShapeResul
                   f"({ROOFLINE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ceiling): the timing was fooled")
     if status == Status.OK and not reason:
         reason = "correct and timed" if cand is not None else "timed"
-    paired = {k: PairedSpeedup(**v) for k, v in (ev.get("paired") or {}).items()}
     return ShapeResult(task, status, reason, max_rel_err=ev.get("max_rel_err"), timings=timings,
-                       graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes, paired=paired)
+                       graph=ev.get("graph"), checks=tuple(ev.get("checks") or ()), notes=notes,
+                       paired=paired_from_json(ev.get("paired")))
 
 
 def _sandbox_notes(run: HarnessRun) -> tuple[str, ...]:

@@ -279,6 +279,11 @@ def timing_from_json(d: dict) -> Timing:
     return Timing(**d)
 
 
+def paired_from_json(d: dict | None) -> dict[str, PairedSpeedup]:
+    """A result's "paired" object (absent in rows stored before the harness reported it) as typed records."""
+    return {k: PairedSpeedup(**v) for k, v in (d or {}).items()}
+
+
 def shape_result_from_json(d: dict) -> ShapeResult:
     t = d["task"]
     return ShapeResult(
@@ -290,5 +295,5 @@ def shape_result_from_json(d: dict) -> ShapeResult:
         graph=d.get("graph"),
         checks=tuple(d.get("checks") or ()),
         notes=tuple(d.get("notes") or ()),
-        paired={k: PairedSpeedup(**v) for k, v in (d.get("paired") or {}).items()},
+        paired=paired_from_json(d.get("paired")),
     )
