@@ -109,6 +109,11 @@ def _add_remeasure_parser(sub) -> None:
     rm.add_argument("--host-cache-twins", action="store_true",
                     help="server or wallclock: measure each chosen sm90 kernel's host_cache twin (same device code, "
                          "CUTLASS's parameters kept between calls) instead of the kernel")
+    rm.add_argument("--min-log2-mnk", type=int, default=d.min_log2_mnk,
+                    help="only the shapes with M*N*K >= 2^this (36: issue #6's large bucket)")
+    rm.add_argument("--paired", action="store_true",
+                    help="also time again the kernels whose ok result in this mode has no paired speedup (timed "
+                         "before the harness reported it), for `cudal2 report --estimator paired`")
     rm.set_defaults(func=cmd_remeasure)
 
 
@@ -117,7 +122,7 @@ def cmd_remeasure(args) -> int:
 
     req = remeasure.RemeasureRequest(args.shapes, tuple(args.mnk), Acc(args.acc), Mode(args.mode), args.top, args.db,
                                      args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs,
-                                     args.host_cache_twins)
+                                     args.host_cache_twins, args.min_log2_mnk, args.paired)
     try:
         summary = remeasure.run(req)
     except remeasure.RemeasureError as e:
@@ -261,6 +266,8 @@ def cmd_carry(args) -> int:
 
 
 def _add_report_parser(sub) -> None:
+    from cudal2.report import Estimator
+
     rp = sub.add_parser("report", help="leaderboard: best verified kernel per shape vs the baselines, as markdown")
     rp.add_argument("--shapes", required=True, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
     _add_gpu_label_arg(rp)
@@ -272,6 +279,10 @@ def _add_report_parser(sub) -> None:
     rp.add_argument("--host-cache-twins", action="store_true",
                     help="server or wallclock: where `cudal2 remeasure --host-cache-twins` timed a chosen sm90 "
                          "kernel's host_cache twin, report the twin's figure in its place")
+    rp.add_argument("--estimator", default="ratio", choices=[e.value for e in Estimator],
+                    help="ratio: baseline median time / kernel median time (every result); paired: the median over "
+                         "repetitions of baseline / kernel time, steadier, only in results timed since 2026-12-03 "
+                         "(others count as unscored: `cudal2 remeasure --paired` times them again)")
     rp.set_defaults(func=cmd_report)
 
 
@@ -281,7 +292,7 @@ def cmd_report(args) -> int:
     req = report.ReportRequest(args.shapes, args.gpu, Mode(args.mode), Acc(args.acc) if args.acc else None,
                                Path(args.db) if args.db else default_db_path(),
                                Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None,
-                               args.host_cache_twins)
+                               args.host_cache_twins, report.Estimator(args.estimator))
     try:
         print(report.run(req))
     except report.ReportError as e:

@@ -3,8 +3,10 @@ wallclock), so that the leaderboard (`cudal2 report --mode ...`) has those figur
 offline method in a new evaluation, stored apart), so that the leaderboard's figure of a shape is not the fastest of
 many noisy measurements (see Mode).
 
-    shapes (--shapes PATH[:split] / --mnk) ──► per shape: store.best(offline, this GPU, top N), newest ok results
-        ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it
+    shapes (--shapes PATH[:split] / --mnk, those with MNK >= 2^--min-log2-mnk)
+        ──► per shape: store.best(offline, this GPU, top N), newest ok results
+        ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it (with --paired: unless
+            that result is ok but has no paired speedup, timed before the harness reported one)
         ──► group by source hash: one job = one kernel on up to MAX_JOB_SHAPES of its shapes
         ──► SandboxPool.submit(source, shapes) with EvalOptions(mode=target): one compile per kernel (cached), one
             harness process times the kernel and the baselines per job; the evaluator stores every result under
@@ -33,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudal2.data import mnk_log2
 from cudal2.report import kernel_name
 from cudal2.sandbox.evaluator import EvalOptions
 from cudal2.sandbox.gpu import detect_gpu
@@ -64,6 +67,10 @@ class RemeasureRequest:
     budget_s: float = 600.0  # wall clock for the whole run; queued jobs are cancelled at the deadline
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
     host_cache_twins: bool = False  # measure each chosen sm90 kernel's host_cache twin in its place
+    min_log2_mnk: int = 0  # only the shapes with M*N*K >= 2^min_log2_mnk (36: the large bucket of issue #6)
+    # Measure again the pairs whose newest result in the mode is ok but has no paired speedup, so that
+    # `cudal2 report --estimator paired` covers them.
+    paired: bool = False
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
@@ -74,6 +81,7 @@ class RemeasureRequest:
              f"--top {self.top} with --mode confirm: confirm times each shape's one chosen kernel (--top 1)"),
             (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
             (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0"),
+            (self.min_log2_mnk < 0, f"--min-log2-mnk {self.min_log2_mnk}: must be >= 0"),
             (self.host_cache_twins and self.mode == Mode.CONFIRM,
              "--host-cache-twins with --mode confirm: a twin's offline time is its kernel's; measure twins in server "
              "or wallclock mode, where a call's host code is timed")) if bad]
@@ -91,7 +99,7 @@ class Job:
 @dataclass(frozen=True)
 class Plan:
     jobs: tuple[Job, ...]
-    already_measured: int  # (kernel, shape) pairs with a result in the target mode: not measured again
+    already_measured: int  # (kernel, shape) pairs with a result in the target mode (paired: if asked): not measured
     without_kernel: tuple[Task, ...]  # shapes with no verified offline kernel on this GPU
     without_source: int  # (kernel, shape) pairs whose source text is not in the store: cannot be compiled
     twins: tuple[Twin, ...] = ()  # the twins the jobs measure (twin_of given), to record in the store first
@@ -99,10 +107,11 @@ class Plan:
 
 
 def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1,
-         twin_of: Callable[[str], Twin | None] | None = None) -> Plan:
+         twin_of: Callable[[str], Twin | None] | None = None, need_paired: bool = False) -> Plan:
     """What to measure: the `top` best verified offline kernels per shape on `gpu_label` (with `twin_of`, given a
-    kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in `mode`, grouped by
-    kernel (first-seen order) in chunks of MAX_JOB_SHAPES."""
+    kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in `mode` (with
+    `need_paired`: whose newest result there is not an ok one without the paired speedup), grouped by kernel
+    (first-seen order) in chunks of MAX_JOB_SHAPES."""
     by_kernel: dict[str, list[Task]] = {}
     without_kernel: list[Task] = []
     twins: dict[str, Twin | None] = {}  # chosen kernel's hash -> its twin (looked up once per kernel)
@@ -120,7 +129,7 @@ def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, 
                     without_twin += 1
                     continue
                 h = twin.source_hash
-            if store.measured_at(h, task, gpu_label, mode) is not None:
+            if _measured(store, h, task, gpu_label, mode, need_paired):
                 measured += 1
             else:
                 by_kernel.setdefault(h, []).append(task)
@@ -138,11 +147,21 @@ def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, 
     return Plan(tuple(jobs), measured, tuple(without_kernel), without_source, measured_twins, without_twin)
 
 
+def _measured(store: ResultStore, source_hash: str, task: Task, gpu: str, mode: Mode, need_paired: bool) -> bool:
+    """Has (kernel, shape) a result in `mode` that this run would not replace? A failed one counts (timing it
+    again gives the same failure); with `need_paired`, an ok one only if it carries the paired speedup."""
+    if not need_paired:
+        return store.measured_at(source_hash, task, gpu, mode) is not None
+    result = store.get_result(source_hash, task, gpu, mode)
+    return result is not None and (result.status is not Status.OK or bool(result.paired))
+
+
 @dataclass
 class RemeasureSummary:
     mode: Mode
     gpu: str
     plan: Plan
+    paired: bool = False  # --paired: ok results without the paired speedup were planned again
     finished: int = 0  # jobs whose results came back (evaluated or not)
     measured: int = 0  # (kernel, shape) pairs evaluated in this run
     not_evaluated: int = 0  # (kernel, shape) pairs cancelled at the deadline or never submitted
@@ -160,7 +179,8 @@ class RemeasureSummary:
         lines = [f"{mode} mode on {self.gpu}: {self.finished}/{len(p.jobs)} jobs, {self.measured} (kernel, shape) "
                  f"evaluations, {self.not_evaluated} not evaluated, in {self.elapsed_s:.0f} s; "
                  f"stopped: {self.stop_reason}",
-                 f"skipped: {p.already_measured} (kernel, shape) already measured in {mode} mode, "
+                 f"skipped: {p.already_measured} (kernel, shape) already measured in {mode} mode"
+                 + (" with the paired speedup" if self.paired else "") + ", "
                  f"{p.without_source} without a stored source"
                  + (f", {p.without_twin} whose kernel has no host_cache twin" if p.without_twin else "")]
         if self.statuses:
@@ -225,9 +245,12 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
     if request.problems():
         raise RemeasureError("; ".join(request.problems()))
     try:
-        tasks = load_tasks(request.shapes, request.mnks, request.acc.value)
+        tasks = [t for t in load_tasks(request.shapes, request.mnks, request.acc.value)
+                 if mnk_log2(t.m, t.n, t.k) >= request.min_log2_mnk]
     except TuneInputError as e:
         raise RemeasureError(str(e)) from None
+    if not tasks:
+        raise RemeasureError(f"no shape of the set has MNK >= 2^{request.min_log2_mnk} (--min-log2-mnk)")
     db = Path(request.db_path) if request.db_path else default_db_path()
     if not db.is_file():
         raise RemeasureError(f"{db}: no result store there (tune or evaluate kernels first, or pass --db)")
@@ -237,7 +260,7 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
     try:
         with ResultStore(db) as store, TuneLog(store) as log:
             twin_of = (lambda h: host_cache_twin(log.config_of(h))) if request.host_cache_twins else None
-            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of)
+            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of, request.paired)
             for twin in p.twins:  # as the tuner records what it generates: the source, and the config behind it
                 store.put_source(twin.source_hash, twin.source)
                 log.put_config(twin.source_hash, twin.record)
@@ -246,7 +269,7 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
                      or "(unnamed)" for j in p.jobs}
     except StoreError as e:
         raise RemeasureError(str(e)) from None
-    summary = RemeasureSummary(request.mode, gpu.label, p)
+    summary = RemeasureSummary(request.mode, gpu.label, p, request.paired)
     kernels = len({j.source_hash for j in p.jobs})
     out(f"{len(tasks)} shapes: {len(p.jobs)} jobs ({kernels} kernels, {sum(len(j.tasks) for j in p.jobs)} "
         f"(kernel, shape) pairs) to measure in {request.mode.value} mode on {gpu.label}")

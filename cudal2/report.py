@@ -38,6 +38,16 @@ BASELINE_TITLES = {
 ALL_SHAPES = "all"
 
 
+class Estimator(str, Enum):
+    """How one evaluation's timings become a speedup. Both come from the same harness process; they differ in how
+    they meet the GPU's drift between repetitions (RESULTS, thirtieth session: at MNK >= 2^36 the paired figure of
+    one kernel varied between fresh evaluations by a median 0.43% against 1.18% vs cuBLAS, and on average they
+    agree to 0.05%)."""
+
+    RATIO = "ratio"  # baseline median time / kernel median time: every stored result has it
+    PAIRED = "paired"  # median over repetitions r of baseline_r / kernel_r: results stored since 2026-12-03 only
+
+
 class ReportError(ValueError):
     """The report cannot be made as asked (one-line message)."""
 
@@ -54,6 +64,7 @@ class Entry:
     kernel_name: str = ""  # the tuner's config name, else the source's first comment line ("mma_multistage.cu"), or ""
     result: ShapeResult | None = None
     twin: bool = False  # the figure is the chosen kernel's host_cache twin's (report --host-cache-twins)
+    estimator: Estimator = Estimator.RATIO
 
     @property
     def task(self) -> Task:
@@ -61,7 +72,16 @@ class Entry:
 
     @property
     def speedups(self) -> dict[str, float]:
-        return self.result.speedups() if self.result else {}
+        """Baseline -> speedup by the entry's estimator; empty when missing, or when the estimator is paired and the
+        result predates the paired figure (then the shape counts as verified but unscored, like a missing one)."""
+        if self.result is None:
+            return {}
+        return self.result.paired_speedups() if self.estimator is Estimator.PAIRED else self.result.speedups()
+
+    @property
+    def unpaired(self) -> bool:
+        """Verified, but the paired estimator was asked for and this result has no paired figure."""
+        return self.estimator is Estimator.PAIRED and self.result is not None and not self.result.paired
 
 
 def kernel_name(source: str | None) -> str:
@@ -78,9 +98,10 @@ def kernel_name(source: str | None) -> str:
 
 
 def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
-            host_cache_twins: bool = False) -> list[Entry]:
+            host_cache_twins: bool = False, estimator: Estimator = Estimator.RATIO) -> list[Entry]:
     """The best verified result of every row (one store query per shape; 1000 shapes take well under a second).
-    A kernel the tuner generated is named by its config, any other by its source's first comment line.
+    A kernel the tuner generated is named by its config, any other by its source's first comment line. The choice
+    of kernel does not depend on `estimator`, only the figures the entries give do.
     `host_cache_twins` (server or wallclock mode): where the chosen kernel's host_cache twin has an ok figure in
     `mode`, that figure stands in the kernel's place, faster or not (the better of the two would be a best-of-2 on
     noise); a twin counts even where its kernel was not timed in the mode."""
@@ -92,12 +113,12 @@ def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
             if twin is not None:
                 best = twin
             if best is None:
-                entries.append(Entry(row))
+                entries.append(Entry(row, estimator=estimator))
                 continue
             source_hash, result = best
             record = log.config_of(source_hash)
             name = record.name if record else kernel_name(store.get_source(source_hash))
-            entries.append(Entry(row, source_hash, name, result, twin=twin is not None))
+            entries.append(Entry(row, source_hash, name, result, twin=twin is not None, estimator=estimator))
     return entries
 
 
@@ -367,6 +388,7 @@ class ReportScope:
     mode: Mode
     db: Path
     twins: int | None = None  # shapes reported by their host_cache twin's figure; None: --host-cache-twins not asked
+    estimator: Estimator = Estimator.RATIO
 
 
 def _twins_note(twins: int | None) -> str:
@@ -389,19 +411,38 @@ def _mode_note(mode: Mode) -> str:
             "with no offline result shows its fastest kernel of this mode.")
 
 
+def _estimator_note(estimator: Estimator) -> str:
+    if estimator is Estimator.PAIRED:
+        return ("Speedup = the paired estimator: the median over the evaluation's repetitions r of baseline_r / "
+                "kernel_r, both timed in repetition r (> 1: the kernel is faster). ")
+    return "Speedup = baseline median time / kernel median time from the same evaluation (> 1: the kernel is faster). "
+
+
+def _coverage_md(entries: Sequence[Entry]) -> str:
+    missing = sum(e.result is None for e in entries)
+    unpaired = sum(e.unpaired for e in entries)
+    line = (f"**Coverage: {len(entries) - missing}/{len(entries)} shapes have a verified result, {missing} missing"
+            + (f", {unpaired} of the verified without a paired figure" if unpaired else "") + "** (never counted as 1.0x).")
+    if unpaired:
+        line += (" A result without a paired figure was timed before the harness reported it (2026-12-03): "
+                 "`cudal2 remeasure --paired` times such chosen kernels again.")
+    return line
+
+
 def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
     """The whole report as markdown (pasteable into benchmarks/RESULTS.md)."""
     missing = [e for e in entries if e.result is None]
+    unpaired = [e for e in entries if e.unpaired]
     accs = ", ".join(sorted({e.task.acc.value for e in entries}))
     parts = [
-        f"### Leaderboard: `{scope.shapes}` · {scope.gpu} · {scope.mode.value} · {accs}",
-        f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}). Speedup = "
-        "baseline median time / kernel median time from the same evaluation (> 1: the kernel is faster). "
+        f"### Leaderboard: `{scope.shapes}` · {scope.gpu} · {scope.mode.value} · {accs}"
+        + (" · paired estimator" if scope.estimator is Estimator.PAIRED else ""),
+        f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}). "
+        + _estimator_note(scope.estimator) +
         "\"torch.matmul / cuBLAS\" is the harness's `cublas` baseline, cublasGemmEx with torch's settings: the call "
         "torch.matmul makes (there is no separate torch timing)." + _mode_note(scope.mode)
         + _twins_note(scope.twins),
-        f"**Coverage: {len(entries) - len(missing)}/{len(entries)} shapes have a verified result, "
-        f"{len(missing)} missing** (never counted as 1.0x).",
+        _coverage_md(entries),
         "#### Targets",
         _targets_md([check_target(t, entries) for t in TARGETS], target_caveat([e.task for e in entries], scope.mode)),
         "#### By size bucket",
@@ -415,6 +456,8 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
                   f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
+    if unpaired:
+        parts += [f"#### Verified without a paired figure ({len(unpaired)})", ", ".join(e.task.mnk for e in unpaired)]
     parts += ["#### Per shape", _shapes_md(entries)]
     return "\n\n".join(parts) + "\n"
 
@@ -488,6 +531,7 @@ class ReportRequest:
     out: Path | None  # markdown file; None: returned for printing
     heatmap: Path | None
     host_cache_twins: bool = False  # server or wallclock: measured host_cache twins in their kernels' place
+    estimator: Estimator = Estimator.RATIO
 
 
 def load_rows(spec: str, acc: Acc | None) -> list[ShapeRow]:
@@ -536,11 +580,11 @@ def run(req: ReportRequest) -> str:
         with ResultStore(req.db) as store:
             stored = store.ok_gpus()
             gpu = resolve_gpu(req.gpu or None, getattr(detect_gpu(), "label", None), stored)
-            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins)
+            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator)
     except StoreError as e:
         raise ReportError(str(e)) from None
     twins = sum(e.twin for e in entries) if req.host_cache_twins else None
-    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins), entries)
+    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator), entries)
     verified = sum(1 for e in entries if e.result is not None)
     lines = []
     if req.heatmap is not None:

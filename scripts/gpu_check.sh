@@ -31,7 +31,9 @@
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (=grid, =FILE) re-times the tuned sample's (the
 #           grid's, a shape CSV's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
-#           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each)
+#           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each;
+#           only the shapes with MNK >= 2^CONFIRM_MIN_LOG2_MNK (0); CONFIRM_PAIRED=1: also those whose confirm figure has no
+#           paired speedup, and a report by the paired estimator too)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
 #           `cat` them into GRID_STORE to commit it)
@@ -251,9 +253,13 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     for set in ${CONFIRM_SETS:-data/grid.csv data/llm_shapes.csv}; do
       name=$(basename "$set" .csv)
       python3 -m cudal2.cli remeasure --shapes "$set" --mode confirm --db "$db" --target-ms 20 \
-        --budget-minutes "${CONFIRM_MINUTES:-6}" 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
-      python3 -m cudal2.cli report --shapes "$set" --mode confirm --db "$db" \
-        --out "/tmp/grid-out/report_${name}_confirm.md" >/dev/null 2>&1 || echo "report $name confirm: exit $?"
+        --budget-minutes "${CONFIRM_MINUTES:-6}" --min-log2-mnk "${CONFIRM_MIN_LOG2_MNK:-0}" \
+        ${CONFIRM_PAIRED:+--paired} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+      for estimator in ratio ${CONFIRM_PAIRED:+paired}; do
+        python3 -m cudal2.cli report --shapes "$set" --mode confirm --estimator "$estimator" --db "$db" \
+          --out "/tmp/grid-out/report_${name}_confirm${CONFIRM_PAIRED:+_$estimator}.md" >/dev/null 2>&1 \
+          || echo "report $name confirm $estimator: exit $?"
+      done
     done
   fi
   for set in data/grid.csv data/llm_shapes.csv; do

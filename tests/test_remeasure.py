@@ -21,7 +21,7 @@ from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import RunnerSpec
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Mode, Status, Task
+from cudal2.sandbox.types import Mode, PairedSpeedup, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
@@ -93,6 +93,19 @@ def test_plan_top_two_and_another_mode(store):
     assert [len(j.tasks) for j in wallclock.jobs if j.source_hash == A] == [32, 32, 6]
     assert wallclock.already_measured == 0
     assert plan(store, ALL, "NVIDIA B200 (sm_100)", Mode.SERVER).without_kernel == tuple(ALL)
+
+
+def test_plan_with_need_paired_times_again_only_ok_results_without_the_paired_speedup(store):
+    """A confirm figure from before the harness reported the paired speedup is planned again; one with it, or a
+    failure (timing it again fails again), is not."""
+    with_paired = replace(ok_result(MANY[1], 1.0, 10.0), paired={"cublas": PairedSpeedup(10.0, 9.8, 10.2, 10)})
+    store.put_result(A, GPU, Mode.CONFIRM, ok_result(MANY[0], 1.0, 10.0))  # unpaired
+    store.put_result(A, GPU, Mode.CONFIRM, with_paired)
+    store.put_result(A, GPU, Mode.CONFIRM, failed_result(MANY[2]))
+    tasks = MANY[:4]
+    assert [j.tasks for j in plan(store, tasks, GPU, Mode.CONFIRM).jobs] == [(MANY[3],)]
+    p = plan(store, tasks, GPU, Mode.CONFIRM, need_paired=True)
+    assert [j.tasks for j in p.jobs] == [(MANY[0], MANY[3])] and p.already_measured == 2
 
 
 # ------------------------------------------------------------------------------------- host_cache twins
@@ -295,6 +308,35 @@ def test_confirm_mode_times_the_chosen_kernel_again_and_stores_it_apart(tmp_path
     assert "mode offline" in spec and not any(line.startswith("mode confirm") for line in spec)
 
 
+@pytest.mark.nvcc
+def test_paired_confirm_of_the_large_shapes_only_fills_the_paired_report(tmp_path, fake_gpu):
+    """--min-log2-mnk keeps the shapes at or above 2^N; --paired times again a confirm figure without the paired
+    speedup, after which `report --estimator paired` scores the shape."""
+    db, h = _tuned_store(tmp_path)  # TWO: 64^3 (2^18) and 128^3 (2^21)
+    big = TWO[1]
+    with ResultStore(db) as s:  # a confirm figure timed before the harness reported the paired speedup
+        s.put_result(h, FAKE_GPU.label, Mode.CONFIRM, ok_result(big, 3.0, 10.0))
+    rows = [ShapeRow(big.m, big.n, big.k, "fp32", "train", "test")]
+
+    def paired_entry():
+        with ResultStore(db) as s:
+            return collect(rows, s, FAKE_GPU.label, Mode.CONFIRM, estimator=report.Estimator.PAIRED)[0]
+
+    assert paired_entry().unpaired
+    plain = remeasure.run(_request(db, Mode.CONFIRM, min_log2_mnk=21), out=lambda _: None, runner=SIMULATED)
+    assert (plain.measured, plain.plan.already_measured, plain.stop_reason) == (0, 1, "nothing to measure")
+    lines: list[str] = []
+    summary = remeasure.run(_request(db, Mode.CONFIRM, min_log2_mnk=21, paired=True), out=lines.append,
+                            runner=SIMULATED)
+    assert (summary.measured, summary.statuses, summary.plan.without_kernel) == (1, Counter(ok=1), (NO_KERNEL,))
+    assert "(1 shapes)" in lines[-1] and "with the paired speedup" in summary.render()
+    got = paired_entry()
+    assert not got.unpaired and got.speedups["cublas"] == pytest.approx(10.0 / simulated_us(h, big.mnk))
+    again = remeasure.run(_request(db, Mode.CONFIRM, min_log2_mnk=21, paired=True), out=lambda _: None,
+                          runner=SIMULATED)
+    assert (again.measured, again.plan.already_measured) == (0, 1)
+
+
 def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     db, _ = _tuned_store(tmp_path)
     summary = remeasure.run(_request(db, Mode.SERVER, budget_s=1e-9), out=lambda _: None, runner=SIMULATED)
@@ -309,6 +351,8 @@ def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     ({"budget_s": 0}, "must be positive"),
     ({"compile_workers": -1}, "--jobs -1"),
     ({"mode": Mode.CONFIRM, "host_cache_twins": True}, "--host-cache-twins with --mode confirm"),
+    ({"min_log2_mnk": -1}, "--min-log2-mnk -1: must be >= 0"),
+    ({"min_log2_mnk": 19}, "no shape of the set has MNK >= 2\\^19"),  # 64^3 = 2^18
 ])
 def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
     db, _ = _tuned_store(tmp_path)
@@ -325,6 +369,7 @@ def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
     (["--mnk", "64_64", "--mode", "server"], "bad shape"),
     (["--mnk", "64_64_64", "--mode", "wallclock"], "no CUDA GPU"),  # CUDAL2_NO_GPU: no GPU visible
     (["--mnk", "64_64_64", "--mode", "server", "--db", "/no/such.sqlite"], "no result store"),
+    (["--mnk", "64_64_64", "--mode", "confirm", "--min-log2-mnk", "-1"], "--min-log2-mnk -1: must be >= 0"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
     db, _ = _tuned_store(tmp_path)

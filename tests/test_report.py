@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from cudal2.data import ShapeRow, write_csv
 from cudal2.report import (
     TARGETS,
     Entry,
+    Estimator,
     ReportError,
     ReportScope,
     Target,
@@ -32,7 +34,7 @@ from cudal2.report import (
     target_caveat,
 )
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Acc, Mode, ShapeResult, Task
+from cudal2.sandbox.types import Acc, Mode, PairedSpeedup, ShapeResult, Task
 from cudal2.tune_log import ConfigRecord, TuneLog
 from tests.sandbox.corpus import ROOT
 from tests.sandbox.test_store import GPU, failed_result, ok_result, timing
@@ -96,6 +98,52 @@ def test_modes_after_offline_report_the_offline_winners_figure(db, mode):
     assert got[SMALL.task].kernel_hash == "fast-small" and got[SMALL.task].speedups["cublas"] == pytest.approx(3.2)
     assert got[MID.task].result is None and got[LARGE.task].result is None  # not timed in the mode: missing
     assert got[MISSING.task].kernel_hash == "only-here" and got[MISSING.task].speedups["cublas"] == pytest.approx(18)
+
+
+def paired(**medians: float) -> dict[str, PairedSpeedup]:
+    return {b: PairedSpeedup(m, m * 0.98, m * 1.02, 10) for b, m in medians.items()}
+
+
+@pytest.fixture
+def confirmed(db: Path) -> Path:
+    """The fixture's chosen kernels timed once more in confirm mode: SMALL and LARGE with the paired speedup
+    (unlike their ratio of medians), MID before the harness reported one, SMALL2 and MISSING not at all."""
+    with ResultStore(db) as s:
+        s.put_result("fast-small", GPU, "confirm", replace(result(SMALL.task, 1.0, 4.0, 2.0, 2.0),
+                                                           paired=paired(cublas=3.5, cublaslt_autotuned=1.9)))
+        s.put_result("large", GPU, "confirm", replace(result(LARGE.task, 100.0, 125.0, 125.0, 110.0),
+                                                      paired=paired(cublas=1.2, cublaslt_autotuned=1.05)))
+        s.put_result("mid", GPU, "confirm", result(MID.task, 2.0, 1.0, 1.0, 4.0))
+    return db
+
+
+def test_paired_estimator_scores_only_results_with_the_paired_speedup(confirmed):
+    with ResultStore(confirmed) as s:
+        got = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM, estimator=Estimator.PAIRED)}
+        ratio = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM)}
+    assert got[SMALL.task].speedups == {"cublas": 3.5, "cublaslt_autotuned": 1.9}  # the paired medians
+    assert ratio[SMALL.task].speedups["cublas"] == 4.0  # the same result by the ratio of medians
+    assert got[LARGE.task].speedups["cublas"] == 1.2 and not got[LARGE.task].unpaired
+    assert got[MID.task].result is not None and got[MID.task].unpaired and got[MID.task].speedups == {}
+    assert got[SMALL2.task].result is None and not got[SMALL2.task].unpaired  # missing, not unpaired
+    large = check_target(TARGETS[3], got.values())
+    assert (large.verdict, large.stats.geomean) == (Verdict.PASS, pytest.approx(1.2))
+    small = check_target(TARGETS[2], got.values())  # SMALL2 has no confirm figure: no verdict on part of the range
+    assert (small.verdict, small.stats.n, small.shapes) == (Verdict.INCOMPLETE, 1, 2)
+    mid = next(g for g in bucket_summaries(list(got.values())) if g.name == "2^24-2^30")
+    assert (mid.verified, mid.stats["cublas"].n) == (1, 0)  # verified, yet unscored under this estimator
+
+
+def test_cli_paired_estimator_names_the_shapes_without_a_paired_figure(capsys, confirmed, shapes_csv):
+    code, out, _ = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(confirmed), "--mode", "confirm",
+                       "--estimator", "paired")
+    assert code == 0 and " · confirm · fp32 · paired estimator" in out.splitlines()[0]
+    assert "**Coverage: 3/5 shapes have a verified result, 2 missing, 1 of the verified without a paired figure**" in out
+    assert "#### Verified without a paired figure (1)\n\n512_512_512" in out
+    assert "| 4096 | 4096 | 4096 | `large` | 100.00 | 125.00 | 1.200x | - | 1.050x |" in out
+    code, out, _ = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(confirmed), "--mode", "confirm")
+    assert code == 0 and "paired estimator" not in out and "without a paired figure" not in out
+    assert "| 4096 | 4096 | 4096 | `large` | 100.00 | 125.00 | 1.250x |" in out
 
 
 # -- maths -----------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ the harness each (source, shape) gets a deterministic timing that is written to 
 evaluator would write it, under the label of the fake GPU below.
 
 The simulated kernel time depends only on the source and the shape, so the tuner's ranking, resumption and best-kernel
-table can be checked; cuBLAS always takes BASELINE_US.
+table can be checked; cuBLAS always takes BASELINE_US (cuBLASLt autotuned 0.9 of it), and each result carries the paired
+speedups a steady GPU would give (every repetition alike: the ratio of the times).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 
 from cudal2.sandbox.gpu import GpuInfo
 from cudal2.sandbox.pool.local import open_store
-from cudal2.sandbox.types import EVALUATOR_VERSION, EvalResult, Mode, ShapeResult, Status, Timing
+from cudal2.sandbox.types import EVALUATOR_VERSION, EvalResult, Mode, PairedSpeedup, ShapeResult, Status, Timing
 
 FAKE_GPU = GpuInfo(index=0, name="Simulated H200", compute_capability="9.0", memory_mib=0)
 BASELINE_US = 10.0
@@ -37,9 +38,11 @@ class SimulatedGpu:
             return prepared.final
         shapes = []
         for t in prepared.tasks:
-            timings = {"candidate": _timing(simulated_us(prepared.source_hash, t.mnk)),
-                       "cublas": _timing(BASELINE_US), "cublaslt_autotuned": _timing(BASELINE_US * 0.9)}
-            shapes.append(ShapeResult(t, Status.OK, "simulated", 1e-5, timings))
+            us = simulated_us(prepared.source_hash, t.mnk)
+            baselines = {"cublas": BASELINE_US, "cublaslt_autotuned": BASELINE_US * 0.9}
+            timings = {"candidate": _timing(us), **{b: _timing(b_us) for b, b_us in baselines.items()}}
+            paired = {b: PairedSpeedup(b_us / us, b_us / us, b_us / us, 10) for b, b_us in baselines.items()}
+            shapes.append(ShapeResult(t, Status.OK, "simulated", 1e-5, timings, paired=paired))
         if self.store is not None:
             self.store.put_source(prepared.source_hash, prepared.source)
             for s in shapes:

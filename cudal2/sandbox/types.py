@@ -245,6 +245,10 @@ class ShapeResult:
         p = self.paired.get(baseline)
         return p.median if p is not None else None
 
+    def paired_speedups(self) -> dict[str, float]:
+        """Baseline name -> paired speedup (its median over repetitions), for the baselines that have one."""
+        return {name: p.median for name, p in self.paired.items()}
+
 
 @dataclass(frozen=True)
 class EvalResult:
