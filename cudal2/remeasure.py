@@ -277,8 +277,10 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
         workers = request.compile_workers or os.cpu_count() or 1
         # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.
         config = PoolConfig(gpus=(gpu.index,), compile_workers=workers, gpu_queue=max(2, workers), db_path=str(db),
+                            # fresh: the plan holds only pairs to measure anew, so the store must not answer them
+                            # (with --paired it holds a result in this mode, the one without the paired speedup)
                             eval=EvalOptions(mode=request.mode, gpu_index=gpu.index, arch=gpu.arch,
-                                             target_ms=request.target_ms))
+                                             target_ms=request.target_ms, fresh=True))
         _Run(summary, names, out, started).execute(p.jobs, config, runner, started + request.budget_s)
     else:
         summary.stop_reason = "nothing to measure"
