@@ -3,8 +3,9 @@ the harness each (source, shape) gets a deterministic timing that is written to 
 evaluator would write it, under the label of the fake GPU below.
 
 The simulated kernel time depends only on the source and the shape, so the tuner's ranking, resumption and best-kernel
-table can be checked; a stored result answers an evaluation as the evaluator's store lookup would; cuBLAS always takes BASELINE_US (cuBLASLt autotuned 0.9 of it), and each result carries the paired
-speedups a steady GPU would give (every repetition alike: the ratio of the times).
+table can be checked. A stored result answers an evaluation as the evaluator's store lookup would. cuBLAS always
+takes BASELINE_US (cuBLASLt autotuned 0.9 of it), and each result carries the paired speedups a steady GPU would give
+(every repetition alike: the ratio of the times).
 """
 
 from __future__ import annotations
