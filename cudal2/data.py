@@ -50,6 +50,13 @@ class ShapeRow:
     def task(self) -> Task:
         return Task(self.M, self.N, self.K, Acc(self.acc))
 
+    @property
+    def layers(self) -> tuple[tuple[str, str], ...]:
+        """The (model, layer) pairs `source` names, e.g. (("Llama-3-8B", "q_proj"), ("Llama-3-8B", "o_proj")); none
+        for a grid row."""
+        return tuple((model, layer) for model, _, layer in (name.partition("/") for name in self.source.split(";"))
+                     if layer)
+
 
 def mnk_log2(m: int, n: int, k: int) -> int:
     """floor(log2(M*N*K)), exactly (integer arithmetic: a float log2 rounds 2^50 - 1 up to 50.0).

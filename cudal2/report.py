@@ -230,6 +230,49 @@ def slowest(entries: Sequence[Entry], n: int, baseline: str = "cublas") -> list[
     return sorted(timed, key=lambda e: e.speedups[baseline])[:n]
 
 
+def token_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
+    """For a set of model layers (rows that name a model/layer): one summary per token count M, fewest first (M = 1
+    is one decode step, M = 8192 a long prefill). Each shape once. Empty for a set that names no layer."""
+    groups: dict[int, list[Entry]] = {}
+    for e in entries:
+        if e.row.layers:
+            groups.setdefault(e.task.m, []).append(e)
+    return [summarise_group(f"M = {m}", groups[m]) for m in sorted(groups)]
+
+
+@dataclass(frozen=True)
+class ModelPass:
+    """One model's linear layers at one token count M: the GEMMs of one transformer block's forward pass. A layer
+    counts once per name (Llama-3-8B's q_proj and o_proj share a shape, and both run)."""
+
+    model: str
+    tokens: int  # M
+    layers: int  # layer names at this M (q, k, v, o, gate, up, down: 7 for the models in data/llm_shapes.csv)
+    verified: int  # of which the shape has a verified result
+    geomean: float | None  # of the verified layers' speedups vs cuBLAS, by the report's estimator
+    # Σ cuBLAS median us / Σ kernel median us over the layers: how much less time the block's GEMMs take, each
+    # layer weighted by its time. None unless every layer is verified (a partial sum would mislead).
+    time_ratio: float | None
+
+
+def model_passes(entries: Sequence[Entry]) -> list[ModelPass]:
+    """One ModelPass per (model, token count) the set's rows name, by model name then M."""
+    groups: dict[tuple[str, int], list[Entry]] = {}
+    for e in entries:
+        for model, _ in e.row.layers:
+            groups.setdefault((model, e.task.m), []).append(e)
+    out = []
+    for (model, tokens), members in sorted(groups.items()):
+        verified = [e for e in members if e.result is not None]
+        times = [(e.result.timings.get("cublas"), e.result.timings.get("candidate")) for e in verified]
+        timed = [(b.median_us, c.median_us) for b, c in times if b is not None and c is not None]
+        ratio = (math.fsum(b for b, _ in timed) / math.fsum(c for _, c in timed)
+                 if len(timed) == len(members) else None)
+        out.append(ModelPass(model, tokens, len(members), len(verified),
+                             geomean(baseline_speedups(verified, "cublas")), ratio))
+    return out
+
+
 @dataclass(frozen=True)
 class Target:
     """A goal of issue #6: the geometric-mean speedup vs `baseline` over shapes with 2^lo <= MNK < 2^hi."""
@@ -379,6 +422,12 @@ def _shapes_md(entries: Sequence[Entry]) -> str:
     return md_table(header, rows)
 
 
+def _models_md(passes: Sequence[ModelPass]) -> str:
+    rows = [[p.model, str(p.tokens), str(p.layers), str(p.verified), _x(p.geomean), _x(p.time_ratio)] for p in passes]
+    return md_table(["model", "tokens (M)", "layers", "verified", "geomean vs torch.matmul / cuBLAS",
+                     "block GEMM time, cuBLAS / ours"], rows)
+
+
 @dataclass(frozen=True)
 class ReportScope:
     """What the report covers, for its heading."""
@@ -448,6 +497,15 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
         "#### By size bucket",
         _buckets_md(bucket_summaries(entries)),
     ]
+    passes = model_passes(entries)
+    if passes:
+        parts += ["#### By token count and model",
+                  "Against torch.matmul / cuBLAS, each shape once:",
+                  _buckets_md(token_summaries(entries), "tokens", ("cublas",)),
+                  "Per model: its linear layers at each token count, a layer once per name (shapes shared by two "
+                  "layers count twice, as both run). The last column is Σ cuBLAS median time / Σ kernel median time "
+                  "over those layers (> 1: one block's GEMMs take less time), shown when every layer is verified.",
+                  _models_md(passes)]
     worst = slowest(entries, SLOWEST_SHOWN)
     if worst:
         parts += ["#### Where it loses",

@@ -11,6 +11,7 @@ from cudal2.data import (
     LLM_MODELS,
     TOKEN_COUNTS,
     BadShapeFile,
+    ShapeRow,
     bucket,
     grid_rows,
     held_out,
@@ -96,6 +97,16 @@ def test_llm_rows_one_row_per_shape_naming_every_layer():
     # every (model, layer) at every token count exactly once
     assert set(names) == expected and set(names.values()) == {len(TOKEN_COUNTS)}
     assert {r.M for r in rows} == set(TOKEN_COUNTS) and {r.acc for r in rows} == {"fp32"}
+
+
+def test_row_layers_parse_the_source():
+    rows = {r.source: r for r in llm_rows()}
+    some = next(r for r in rows.values() if r.source.count(";") >= 1)
+    assert len(some.layers) == some.source.count(";") + 1 and all(model and layer for model, layer in some.layers)
+    assert ShapeRow(1, 1, 1, "fp32", "train", "Llama-3-8B/q_proj;Qwen2.5-7B/k_proj").layers == (
+        ("Llama-3-8B", "q_proj"), ("Qwen2.5-7B", "k_proj"))
+    assert ShapeRow(1, 1, 1, "fp32", "train", "cuda-l2-grid").layers == ()  # the grid names no layer
+    assert ShapeRow(1, 1, 1, "fp32", "train", "").layers == ()
 
 
 def test_llm_shapes_include_non_multiples_of_64():

@@ -26,12 +26,14 @@ from cudal2.report import (
     heat_cells,
     kernel_name,
     load_rows,
+    model_passes,
     output_size_summaries,
     render,
     resolve_gpu,
     slowest,
     summarise,
     target_caveat,
+    token_summaries,
 )
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, Mode, PairedSpeedup, ShapeResult, Task
@@ -325,6 +327,46 @@ def test_markdown_source_column_only_when_sources_differ(db):
     with ResultStore(db) as s:
         text = render(ReportScope("x", GPU, Mode.OFFLINE, db), collect(rows, s, GPU, Mode.OFFLINE))
     assert "| M | N | K | source | kernel |" in text and "| 64 | 64 | 64 | Llama-3-8B/q_proj |" in text
+
+
+# Model layers over the fixture's shapes (speedups vs cuBLAS: SMALL 4x at 1 vs 4 us, SMALL2 1x at 1 vs 1 us, MID 0.5x
+# at 2 vs 1 us, MISSING unverified). Model A at M = 64: q_proj and o_proj share SMALL's shape, up_proj is SMALL2.
+LAYER_ROWS = [row(64, 64, 64, "A/q_proj;A/o_proj;B/q_proj"), row(64, 64, 128, "A/up_proj"),
+              row(512, 512, 512, "B/k_proj"), row(1024, 1024, 1024, "B/v_proj")]
+
+
+def test_model_passes_count_each_layer_and_weigh_by_time(db):
+    with ResultStore(db) as s:
+        layer_entries = collect(LAYER_ROWS, s, GPU, Mode.OFFLINE)
+    passes = {(p.model, p.tokens): p for p in model_passes(layer_entries)}
+    assert list(passes) == [("A", 64), ("B", 64), ("B", 512), ("B", 1024)]
+    a = passes[("A", 64)]
+    assert (a.layers, a.verified) == (3, 3)
+    assert a.geomean == pytest.approx((4 * 4 * 1) ** (1 / 3))  # SMALL counted for q_proj and for o_proj
+    assert a.time_ratio == pytest.approx((4 + 4 + 1) / (1 + 1 + 1))  # cuBLAS us over ours, summed over layers
+    assert passes[("B", 512)].time_ratio == pytest.approx(0.5)
+    missing = passes[("B", 1024)]
+    assert (missing.layers, missing.verified, missing.geomean, missing.time_ratio) == (1, 0, None, None)
+    tokens = {g.name: g for g in token_summaries(layer_entries)}
+    assert list(tokens) == ["M = 64", "M = 512", "M = 1024"]
+    assert (tokens["M = 64"].shapes, tokens["M = 64"].stats["cublas"].geomean) == (2, pytest.approx(2.0))  # once each
+
+
+def test_time_ratio_needs_every_layer_verified(db):
+    rows = [row(64, 64, 64, "A/q_proj"), row(64, 100, 100, "A/k_proj")]  # the second shape has no result
+    with ResultStore(db) as s:
+        (only,) = model_passes(collect(rows, s, GPU, Mode.OFFLINE))
+    assert (only.layers, only.verified, only.geomean) == (2, 1, pytest.approx(4.0))
+    assert only.time_ratio is None  # a sum over the verified layer alone would claim 4x for the block
+
+
+def test_markdown_by_model_only_for_sets_that_name_layers(db, entries):
+    with ResultStore(db) as s:
+        text = render(ReportScope("llm.csv", GPU, Mode.OFFLINE, db), collect(LAYER_ROWS, s, GPU, Mode.OFFLINE))
+    assert "#### By token count and model" in text
+    assert "| M = 64 | 2 | 2 | torch.matmul / cuBLAS | 2 | 2.000x |" in text
+    assert "| A | 64 | 3 | 3 | 2.520x | 3.000x |" in text and "| B | 1024 | 1 | 0 | - | - |" in text
+    assert "By token count" not in render(ReportScope("grid.csv", GPU, Mode.OFFLINE, db), entries)
 
 
 # -- the command -----------------------------------------------------------------------------------------------------
