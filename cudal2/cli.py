@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator
 from cudal2.sandbox.gpu import detect_gpu
-from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
+from cudal2.sandbox.store import Rank, ResultStore, StoreError, default_db_path
 from cudal2.sandbox.types import (
     RUN_FAILURES,
     Acc,
@@ -114,6 +114,7 @@ def _add_remeasure_parser(sub) -> None:
     rm.add_argument("--paired", action="store_true",
                     help="also time again the kernels whose ok result in this mode has no paired speedup (timed "
                          "before the harness reported it), for `cudal2 report --estimator paired`")
+    add_rank_argument(rm)
     rm.set_defaults(func=cmd_remeasure)
 
 
@@ -122,7 +123,7 @@ def cmd_remeasure(args) -> int:
 
     req = remeasure.RemeasureRequest(args.shapes, tuple(args.mnk), Acc(args.acc), Mode(args.mode), args.top, args.db,
                                      args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs,
-                                     args.host_cache_twins, args.min_log2_mnk, args.paired)
+                                     args.host_cache_twins, args.min_log2_mnk, args.paired, Rank(args.rank))
     try:
         summary = remeasure.run(req)
     except remeasure.RemeasureError as e:
@@ -200,6 +201,14 @@ def cmd_tune(args) -> int:
     if not args.compile_only:
         print(tune.best_table(summary.shapes, summary.best))
     return EXIT_OK if summary.succeeded else EXIT_FAILED
+
+
+def add_rank_argument(parser) -> None:
+    """--rank: how each shape's kernel is chosen out of its offline results (cudal2.sandbox.store.Rank)."""
+    parser.add_argument("--rank", default=Rank.TIME.value, choices=[r.value for r in Rank],
+                        help="how each shape's kernel is chosen: time: the lowest median time; speedup: the highest "
+                             "speedup over cuBLAS timed in the same evaluation (immune to the GPU's drift between "
+                             "evaluations)")
 
 
 def _add_gpu_label_arg(parser) -> None:
@@ -283,6 +292,7 @@ def _add_report_parser(sub) -> None:
                     help="ratio: baseline median time / kernel median time (every result); paired: the median over "
                          "repetitions of baseline / kernel time, steadier, only in results timed since 2026-12-03 "
                          "(others count as unscored: `cudal2 remeasure --paired` times them again)")
+    add_rank_argument(rp)
     rp.set_defaults(func=cmd_report)
 
 
@@ -292,7 +302,7 @@ def cmd_report(args) -> int:
     req = report.ReportRequest(args.shapes, args.gpu, Mode(args.mode), Acc(args.acc) if args.acc else None,
                                Path(args.db) if args.db else default_db_path(),
                                Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None,
-                               args.host_cache_twins, report.Estimator(args.estimator))
+                               args.host_cache_twins, report.Estimator(args.estimator), Rank(args.rank))
     try:
         print(report.run(req))
     except report.ReportError as e:

@@ -40,7 +40,7 @@ from cudal2.report import kernel_name
 from cudal2.sandbox.evaluator import EvalOptions
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
-from cudal2.sandbox.store import ResultStore, StoreError, default_db_path
+from cudal2.sandbox.store import Rank, ResultStore, StoreError, default_db_path
 from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
 from cudal2.tune_log import TuneLog
@@ -71,6 +71,7 @@ class RemeasureRequest:
     # Measure again the pairs whose newest result in the mode is ok but has no paired speedup, so that
     # `cudal2 report --estimator paired` covers them.
     paired: bool = False
+    rank: Rank = Rank.TIME  # how each shape's offline kernels are ordered (`ResultStore.chosen`)
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
@@ -107,7 +108,8 @@ class Plan:
 
 
 def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1,
-         twin_of: Callable[[str], Twin | None] | None = None, need_paired: bool = False) -> Plan:
+         twin_of: Callable[[str], Twin | None] | None = None, need_paired: bool = False,
+         rank: Rank = Rank.TIME) -> Plan:
     """What to measure: the `top` best verified offline kernels per shape on `gpu_label` (with `twin_of`, given a
     kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in `mode` (with
     `need_paired`: whose newest result there is not an ok one without the paired speedup), grouped by kernel
@@ -117,7 +119,7 @@ def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, 
     twins: dict[str, Twin | None] = {}  # chosen kernel's hash -> its twin (looked up once per kernel)
     measured = without_twin = 0
     for task in tasks:
-        best = store.best(task, gpu_label, mode=Mode.OFFLINE, baseline=None, limit=top)
+        best = store.chosen(task, gpu_label, rank, limit=top)
         if not best:
             without_kernel.append(task)
         for h, _ in best:
@@ -260,7 +262,7 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
     try:
         with ResultStore(db) as store, TuneLog(store) as log:
             twin_of = (lambda h: host_cache_twin(log.config_of(h))) if request.host_cache_twins else None
-            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of, request.paired)
+            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of, request.paired, request.rank)
             for twin in p.twins:  # as the tuner records what it generates: the source, and the config behind it
                 store.put_source(twin.source_hash, twin.source)
                 log.put_config(twin.source_hash, twin.record)

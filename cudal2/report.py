@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cudal2.data import BUCKETS, GRID_VALUES, BadShapeFile, ShapeRow, bucket, load_shape_spec, mnk_log2
 from cudal2.sandbox.gpu import detect_gpu
-from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
+from cudal2.sandbox.store import GpuLabelError, Rank, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task
 from cudal2.tune_log import TuneLog
 from cudal2.twins import host_cache_twin
@@ -98,18 +98,20 @@ def kernel_name(source: str | None) -> str:
 
 
 def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
-            host_cache_twins: bool = False, estimator: Estimator = Estimator.RATIO) -> list[Entry]:
+            host_cache_twins: bool = False, estimator: Estimator = Estimator.RATIO,
+            rank: Rank = Rank.TIME) -> list[Entry]:
     """The best verified result of every row (one store query per shape; 1000 shapes take well under a second).
     A kernel the tuner generated is named by its config, any other by its source's first comment line. The choice
-    of kernel does not depend on `estimator`, only the figures the entries give do.
+    of kernel does not depend on `estimator`, only the figures the entries give do; `rank` is how the offline
+    search's choice is made (`ResultStore.chosen`).
     `host_cache_twins` (server or wallclock mode): where the chosen kernel's host_cache twin has an ok figure in
     `mode`, that figure stands in the kernel's place, faster or not (the better of the two would be a best-of-2 on
     noise); a twin counts even where its kernel was not timed in the mode."""
     entries = []
     with TuneLog(store) as log:
         for row in rows:
-            best = _best(store, row.task, gpu, mode)
-            twin = measured_twin(store, log, row.task, gpu, mode) if host_cache_twins else None
+            best = _best(store, row.task, gpu, mode, rank)
+            twin = measured_twin(store, log, row.task, gpu, mode, rank) if host_cache_twins else None
             if twin is not None:
                 best = twin
             if best is None:
@@ -122,16 +124,16 @@ def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
     return entries
 
 
-def measured_twin(store: ResultStore, log: TuneLog, task: Task, gpu: str,
-                   mode: Mode) -> tuple[str, ShapeResult] | None:
+def measured_twin(store: ResultStore, log: TuneLog, task: Task, gpu: str, mode: Mode,
+                  rank: Rank = Rank.TIME) -> tuple[str, ShapeResult] | None:
     """The ok figure in `mode` of the host_cache twin of the kernel the offline search chose for `task`, if any."""
-    chosen = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
+    chosen = store.chosen(task, gpu, rank)
     twin = host_cache_twin(log.config_of(chosen[0][0])) if chosen else None
     result = store.get_result(twin.source_hash, task, gpu, mode) if twin else None
     return (twin.source_hash, result) if result is not None and result.status is Status.OK else None
 
 
-def _best(store: ResultStore, task: Task, gpu: str, mode: Mode) -> tuple[str, ShapeResult] | None:
+def _best(store: ResultStore, task: Task, gpu: str, mode: Mode, rank: Rank) -> tuple[str, ShapeResult] | None:
     """Offline: the fastest verified result. Every other mode (confirm, server, wallclock): that mode's figure of the
     kernel the offline search chose, the one a user deploys. The fastest of several figures in that mode (earlier
     winners were timed there too) would be a best-of-N again, and server timings are noisy enough for it to show: on
@@ -139,11 +141,9 @@ def _best(store: ResultStore, task: Task, gpu: str, mode: Mode) -> tuple[str, Sh
     session). A chosen kernel not yet timed in the mode leaves the shape missing (`cudal2 remeasure` times it); a
     shape with no verified offline result at all (a kernel evaluated only in server mode, say) takes the fastest
     verified figure of the mode. None if there is none."""
-    chosen = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
-    if mode is Mode.OFFLINE:
-        return chosen[0] if chosen else None
-    if not chosen:
-        fastest = store.best(task, gpu, mode=mode, baseline=None, limit=1)
+    chosen = store.chosen(task, gpu, rank)
+    if mode is Mode.OFFLINE or not chosen:
+        fastest = chosen or store.best(task, gpu, mode=mode, baseline=None, limit=1)
         return fastest[0] if fastest else None
     result = store.get_result(chosen[0][0], task, gpu, mode)
     return (chosen[0][0], result) if result is not None and result.status is Status.OK else None
@@ -438,6 +438,7 @@ class ReportScope:
     db: Path
     twins: int | None = None  # shapes reported by their host_cache twin's figure; None: --host-cache-twins not asked
     estimator: Estimator = Estimator.RATIO
+    rank: Rank = Rank.TIME
 
 
 def _twins_note(twins: int | None) -> str:
@@ -485,8 +486,11 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
     accs = ", ".join(sorted({e.task.acc.value for e in entries}))
     parts = [
         f"### Leaderboard: `{scope.shapes}` · {scope.gpu} · {scope.mode.value} · {accs}"
-        + (" · paired estimator" if scope.estimator is Estimator.PAIRED else ""),
-        f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}). "
+        + (" · paired estimator" if scope.estimator is Estimator.PAIRED else "")
+        + (" · kernels chosen by speedup" if scope.rank is Rank.SPEEDUP else ""),
+        f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}), "
+        + ("the one with the highest speedup over cuBLAS in its own evaluation (`--rank speedup`). "
+           if scope.rank is Rank.SPEEDUP else "the one with the lowest median time (`--rank time`). ")
         + _estimator_note(scope.estimator) +
         "\"torch.matmul / cuBLAS\" is the harness's `cublas` baseline, cublasGemmEx with torch's settings: the call "
         "torch.matmul makes (there is no separate torch timing)." + _mode_note(scope.mode)
@@ -590,6 +594,7 @@ class ReportRequest:
     heatmap: Path | None
     host_cache_twins: bool = False  # server or wallclock: measured host_cache twins in their kernels' place
     estimator: Estimator = Estimator.RATIO
+    rank: Rank = Rank.TIME  # how each shape's kernel is chosen out of its offline results
 
 
 def load_rows(spec: str, acc: Acc | None) -> list[ShapeRow]:
@@ -638,11 +643,11 @@ def run(req: ReportRequest) -> str:
         with ResultStore(req.db) as store:
             stored = store.ok_gpus()
             gpu = resolve_gpu(req.gpu or None, getattr(detect_gpu(), "label", None), stored)
-            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator)
+            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator, req.rank)
     except StoreError as e:
         raise ReportError(str(e)) from None
     twins = sum(e.twin for e in entries) if req.host_cache_twins else None
-    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator), entries)
+    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator, req.rank), entries)
     verified = sum(1 for e in entries if e.result is not None)
     lines = []
     if req.heatmap is not None:

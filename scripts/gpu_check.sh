@@ -33,7 +33,8 @@
 #           grid's, a shape CSV's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
 #           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each;
 #           only the shapes with MNK >= 2^CONFIRM_MIN_LOG2_MNK (0); CONFIRM_PAIRED=1: also those whose confirm figure has no
-#           paired speedup, and a report by the paired estimator too)
+#           paired speedup, and a report by the paired estimator too; RANK=speedup: the kernels chosen by their speedup
+#           over cuBLAS instead of their median time, for REMEASURE too)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
 #           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
 #           `cat` them into GRID_STORE to commit it)
@@ -230,6 +231,7 @@ if [[ $what == grid ]]; then
   if [[ ${LLM_FILL_MINUTES:-0} != 0 ]]; then
     grid_tune --shapes data/llm_shapes.csv --strategy fill --budget-minutes "$LLM_FILL_MINUTES"
   fi
+  rank=${RANK:-time}  # how remeasure and its reports choose each shape's kernel (cudal2 report --help: --rank)
   if [[ ${REMEASURE:-0} != 0 ]]; then  # REMEASURE=1: the tuned sample; =grid: all 1000 shapes; =FILE: that shape CSV
     sample=/tmp/grid-out/sample.csv
     python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from tune_gpu import stratified_sample
@@ -242,9 +244,10 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     label=$(basename "${REMEASURE%.csv}")  # names the reports: 1, grid or the CSV's name
     for mode in ${REMEASURE_MODES:-server wallclock}; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
-        ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+        ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" \
+        2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
-        ${REMEASURE_TWINS:+--host-cache-twins} >/dev/null 2>&1 || echo "report sample $mode: exit $?"
+        ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${label}_offline.md" \
       >/dev/null 2>&1
@@ -254,9 +257,9 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
       name=$(basename "$set" .csv)
       python3 -m cudal2.cli remeasure --shapes "$set" --mode confirm --db "$db" --target-ms 20 \
         --budget-minutes "${CONFIRM_MINUTES:-6}" --min-log2-mnk "${CONFIRM_MIN_LOG2_MNK:-0}" \
-        ${CONFIRM_PAIRED:+--paired} 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
+        ${CONFIRM_PAIRED:+--paired} --rank "$rank" 2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       for estimator in ratio ${CONFIRM_PAIRED:+paired}; do
-        python3 -m cudal2.cli report --shapes "$set" --mode confirm --estimator "$estimator" --db "$db" \
+        python3 -m cudal2.cli report --shapes "$set" --mode confirm --estimator "$estimator" --db "$db" --rank "$rank" \
           --out "/tmp/grid-out/report_${name}_confirm${CONFIRM_PAIRED:+_$estimator}.md" >/dev/null 2>&1 \
           || echo "report $name confirm $estimator: exit $?"
       done

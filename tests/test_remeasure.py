@@ -20,7 +20,7 @@ from cudal2.report import collect
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import RunnerSpec
-from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.store import Rank, ResultStore
 from cudal2.sandbox.types import Mode, PairedSpeedup, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
@@ -93,6 +93,16 @@ def test_plan_top_two_and_another_mode(store):
     assert [len(j.tasks) for j in wallclock.jobs if j.source_hash == A] == [32, 32, 6]
     assert wallclock.already_measured == 0
     assert plan(store, ALL, "NVIDIA B200 (sm_100)", Mode.SERVER).without_kernel == tuple(ALL)
+
+
+def test_plan_by_speedup_times_the_kernel_with_the_best_same_run_speedup(store):
+    """On the first shape 'b' ran at 2 us against cuBLAS's 10 us; 'a' is re-timed here at 1.5 us in an evaluation
+    where cuBLAS took 6 us: 'a' is faster by time, 'b' by speedup (5x against 4x)."""
+    h = _put(store, "a", MANY[0], 1.0)
+    store.put_result(h, GPU, Mode.OFFLINE, ok_result(MANY[0], 1.5, 6.0))
+    by_speedup = plan(store, [MANY[0]], GPU, Mode.CONFIRM, rank=Rank.SPEEDUP)
+    assert [(j.source_hash, j.tasks) for j in by_speedup.jobs] == [(B, (MANY[0],))]
+    assert [j.source_hash for j in plan(store, [MANY[0]], GPU, Mode.CONFIRM).jobs] == [A]
 
 
 def test_plan_with_need_paired_times_again_only_ok_results_without_the_paired_speedup(store):

@@ -35,7 +35,7 @@ from cudal2.report import (
     target_caveat,
     token_summaries,
 )
-from cudal2.sandbox.store import ResultStore
+from cudal2.sandbox.store import Rank, ResultStore
 from cudal2.sandbox.types import Acc, Mode, PairedSpeedup, ShapeResult, Task
 from cudal2.tune_log import ConfigRecord, TuneLog
 from tests.sandbox.corpus import ROOT
@@ -312,6 +312,25 @@ def test_markdown(entries, db):
         # every row of a table has as many cells as its header
         header = next(h for h in text.split("\n\n") if table_line in h).splitlines()[0]
         assert table_line.count(" | ") == header.count(" | ")
+
+
+def test_rank_speedup_chooses_by_the_same_evaluations_speedup(db):
+    """SMALL: 'fast-small' 1 us (4x) beats 'slow-small' 2 us (2x) either way. MID: a second kernel timed in a slower
+    evaluation (3 us against cuBLAS's 2 us, 0.67x) beats 'mid' (2 us against 1 us, 0.5x) by speedup only; confirm
+    mode then shows the figure of the kernel chosen that way."""
+    with ResultStore(db) as s:
+        s.put_result("mid-steady", GPU, "offline", result(MID.task, 3.0, 2.0))
+        s.put_result("mid-steady", GPU, "confirm", result(MID.task, 3.0, 2.4))
+        s.put_result("mid", GPU, "confirm", result(MID.task, 2.0, 1.0))
+        by_time = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM)}
+        by_speedup = {e.task: e for e in collect(ROWS, s, GPU, Mode.CONFIRM, rank=Rank.SPEEDUP)}
+        offline = {e.task: e.kernel_hash for e in collect(ROWS, s, GPU, Mode.OFFLINE, rank=Rank.SPEEDUP)}
+    assert by_time[MID.task].kernel_hash == "mid" and by_time[MID.task].speedups["cublas"] == pytest.approx(0.5)
+    assert by_speedup[MID.task].kernel_hash == "mid-steady"
+    assert by_speedup[MID.task].speedups["cublas"] == pytest.approx(0.8)
+    assert offline[MID.task] == "mid-steady" and offline[SMALL.task] == "fast-small"
+    text = render(ReportScope("fixture.csv", GPU, Mode.CONFIRM, db, rank=Rank.SPEEDUP), list(by_speedup.values()))
+    assert "· kernels chosen by speedup" in text and "(`--rank speedup`)" in text
 
 
 def test_a_tuned_kernel_is_named_by_its_config(db):

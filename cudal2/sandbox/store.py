@@ -23,6 +23,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 
 from cudal2.sandbox.types import (
@@ -77,9 +78,21 @@ WHERE id IN (
     GROUP BY source_hash
 )
 AND status = ? AND cand_median_us IS NOT NULL {baseline_filter}
-ORDER BY cand_median_us ASC, id ASC
+ORDER BY {order}, id ASC
 LIMIT ?
 """
+
+
+class Rank(str, Enum):
+    """How `ResultStore.best` orders one shape's kernels.
+
+    Each kernel's figure comes from its own evaluation, and the GPU's state drifts between evaluations (clocks under
+    the power limit: the cuBLAS baseline of one large shape was timed anywhere in 1264-1456 us across evaluations,
+    RESULTS thirty-second session). A median time is comparable only with times of the same evaluation; the speedup
+    over a baseline timed alongside it is comparable across evaluations, as the drift cancels in the ratio."""
+
+    TIME = "time"  # candidate median time, ascending
+    SPEEDUP = "speedup"  # speedup over the baseline of the same evaluation, descending (needs a baseline)
 
 
 class StoreError(RuntimeError):
@@ -314,20 +327,32 @@ class ResultStore:
         mode: Mode | str = "offline",
         baseline: str | None = "cublas",
         limit: int = 1,
+        rank: Rank = Rank.TIME,
     ) -> list[tuple[str, ShapeResult]]:
-        """The fastest sources on `task`: (source_hash, result), candidate median time (us) ascending.
+        """The fastest sources on `task`: (source_hash, result), by candidate median time (us) ascending, or with
+        `rank=Rank.SPEEDUP` by speedup over `baseline` descending.
 
         Each source counts once, by its newest result under the current evaluator version; it qualifies only if
         that result is ok and carries a candidate timing and (unless `baseline` is None) a speedup over `baseline`.
         """
         if limit < 0:
             raise ValueError(f"limit={limit} must be >= 0")
+        if rank is Rank.SPEEDUP and baseline is None:
+            raise ValueError("rank=speedup orders by the speedup over a baseline: baseline=None has none")
         baseline_filter = "" if baseline is None else f"AND {_speedup_column(baseline)} IS NOT NULL"
+        order = "cand_median_us ASC" if rank is Rank.TIME else f"{_speedup_column(baseline)} DESC"
         rows = self._conn.execute(
-            _BEST_SQL.format(baseline_filter=baseline_filter),
+            _BEST_SQL.format(baseline_filter=baseline_filter, order=order),
             (task.m, task.n, task.k, task.acc.value, gpu, EVALUATOR_VERSION, _mode_value(mode), Status.OK.value, limit),
         ).fetchall()
         return [(h, _restore(js)) for h, js in rows]
+
+    def chosen(self, task: Task, gpu: str, rank: Rank = Rank.TIME, limit: int = 1) -> list[tuple[str, ShapeResult]]:
+        """The kernels the offline search chose for `task`, best first (the first is the one a user deploys and a
+        report shows): the verified offline results ordered by `rank`, speedups taken over cuBLAS (the targets'
+        baseline)."""
+        return self.best(task, gpu, mode=Mode.OFFLINE, baseline=None if rank is Rank.TIME else "cublas", limit=limit,
+                         rank=rank)
 
     def nearest_best(
         self,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import cudal2
-from cudal2.sandbox.store import ResultStore, StoreError, default_db_path, log2_distance
+from cudal2.sandbox.store import Rank, ResultStore, StoreError, default_db_path, log2_distance
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, PairedSpeedup, ShapeResult, Status, Task, Timing
 
 GPU = "NVIDIA H200 (sm_90a)"
@@ -233,6 +233,22 @@ def test_best_baseline_filter(store: ResultStore, baseline: str | None, expected
     lt_only = ShapeResult(task, Status.OK, "", timings={"candidate": timing(1.0), "cublaslt_autotuned": timing(1.5)})
     store.put_result("with-lt", GPU, "offline", lt_only)
     assert [h for h, _ in store.best(task, GPU, baseline=baseline, limit=5)] == expected
+
+
+def test_best_by_speedup_ranks_across_evaluations_in_different_gpu_states(store: ResultStore) -> None:
+    """Two evaluations on a GPU whose clocks drifted between them: 'cool' ran when everything was fast (100 us
+    against cuBLAS's 90), 'steady' when everything was slower (105 us against 115). By time 'cool' wins; by the
+    speedup over the baseline timed alongside, 'steady' (1.095x against 0.9x)."""
+    task = Task(8192, 8192, 8192)
+    store.put_result("cool", GPU, "offline", ok_result(task, 100.0, cublas_us=90.0))
+    store.put_result("steady", GPU, "offline", ok_result(task, 105.0, cublas_us=115.0))
+    store.put_result("wrong", GPU, "offline", failed_result(task))
+    assert [h for h, _ in store.best(task, GPU, limit=5)] == ["cool", "steady"]
+    assert [h for h, _ in store.best(task, GPU, limit=5, rank=Rank.SPEEDUP)] == ["steady", "cool"]
+    assert [h for h, _ in store.chosen(task, GPU)] == ["cool"]
+    assert [h for h, _ in store.chosen(task, GPU, Rank.SPEEDUP, limit=2)] == ["steady", "cool"]
+    with pytest.raises(ValueError, match="baseline=None"):
+        store.best(task, GPU, baseline=None, rank=Rank.SPEEDUP)
 
 
 def test_best_rejects_unknown_baseline(store: ResultStore) -> None:
