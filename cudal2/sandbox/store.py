@@ -86,10 +86,13 @@ LIMIT ?
 class Rank(str, Enum):
     """How `ResultStore.best` orders one shape's kernels.
 
-    Each kernel's figure comes from its own evaluation, and the GPU's state drifts between evaluations (clocks under
-    the power limit: the cuBLAS baseline of one large shape was timed anywhere in 1264-1456 us across evaluations,
-    RESULTS thirty-second session). A median time is comparable only with times of the same evaluation; the speedup
-    over a baseline timed alongside it is comparable across evaluations, as the drift cancels in the ratio."""
+    Each kernel's figure comes from its own evaluation, and the GPU drifts between evaluations (the cuBLAS baseline
+    of 16384x16384x1024 was timed anywhere in 755-927 us across 67 of them), so a median time is strictly comparable
+    only within one evaluation, and a speedup over the baseline timed alongside is the drift-corrected figure. On the
+    H200 grid it made no difference that counts (RESULTS, thirty-second session): the 304 shapes with MNK >= 2^33
+    where the two rules choose differently read 1.0361x offline by speedup against 1.0099x by time, but their fresh
+    confirm figures 1.0138x against 1.0117x (paired 1.0137x / 1.0128x): the offline gap was the best-of-N on noise.
+    TIME stays the default."""
 
     TIME = "time"  # candidate median time, ascending
     SPEEDUP = "speedup"  # speedup over the baseline of the same evaluation, descending (needs a baseline)
