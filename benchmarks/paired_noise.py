@@ -33,7 +33,7 @@ from pathlib import Path
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
 from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
-from cudal2.sandbox.types import Mode, ShapeResult, Status, Task
+from cudal2.sandbox.types import ShapeResult, Status, Task
 from cudal2.tune import TuneInputError, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,7 +66,7 @@ def chosen_kernels(store: ResultStore, tasks: list[Task], gpu: str) -> list[tupl
     """(task, source) of each task's chosen offline kernel; tasks without one are skipped."""
     out = []
     for task in tasks:
-        best = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
+        best = store.chosen(task, gpu)
         if best:
             out.append((task, store.get_source(best[0][0])))
     return out

@@ -58,7 +58,7 @@ def pairs(store: ResultStore, tasks: list[Task], gpu: str, mode: Mode) -> tuple[
     out, missing = [], 0
     with TuneLog(store) as log:
         for task in tasks:
-            chosen = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
+            chosen = store.chosen(task, gpu)
             kernel = _ok(store.get_result(chosen[0][0], task, gpu, mode)) if chosen else None
             if kernel is None:
                 missing += 1

@@ -207,8 +207,8 @@ def add_rank_argument(parser) -> None:
     """--rank: how each shape's kernel is chosen out of its offline results (cudal2.sandbox.store.Rank)."""
     parser.add_argument("--rank", default=Rank.TIME.value, choices=[r.value for r in Rank],
                         help="how each shape's kernel is chosen: time: the lowest median time; speedup: the highest "
-                             "speedup over cuBLAS timed in the same evaluation (immune to the GPU's drift between "
-                             "evaluations)")
+                             "speedup over cuBLAS timed in the same evaluation (corrects for most of the GPU's drift "
+                             "between evaluations; on the H200 it chose no better, RESULTS thirty-second session)")
 
 
 def _add_gpu_label_arg(parser) -> None:

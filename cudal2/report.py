@@ -134,7 +134,7 @@ def measured_twin(store: ResultStore, log: TuneLog, task: Task, gpu: str, mode: 
 
 
 def _best(store: ResultStore, task: Task, gpu: str, mode: Mode, rank: Rank) -> tuple[str, ShapeResult] | None:
-    """Offline: the fastest verified result. Every other mode (confirm, server, wallclock): that mode's figure of the
+    """Offline: the chosen kernel's result (`ResultStore.chosen`, by `rank`). Every other mode (confirm, server, wallclock): that mode's figure of the
     kernel the offline search chose, the one a user deploys. The fastest of several figures in that mode (earlier
     winners were timed there too) would be a best-of-N again, and server timings are noisy enough for it to show: on
     the H200 grid's small bucket 2.26x best-of-N against 2.01x for the chosen kernels (RESULTS, twenty-third
