@@ -4,6 +4,8 @@
     cudal2.ops.load_library("lib/")          # or $CUDAL2_OPS_LIBRARY, or the default ~/.cache/cudal2/ops
     c = cudal2.ops.hgemm(a, b)               # a [M, K], b [N, K], fp16 CUDA -> c [M, N] = a @ b.T
     y = cudal2.ops.linear(x, w, bias)        # x [..., K], w [N, K] -> y [..., N], like F.linear
+    patch = cudal2.ops.patch_linear(model)   # every float16 nn.Linear of a model through cudal2.ops.linear
+    patch.remove()                           # and back to torch
     print(cudal2.ops.explain(M, N, K))       # which path a shape takes, and why
 
 `torch.ops.cudal2.hgemm` is a torch custom op (torch.library) with a fake implementation, so it traces under
@@ -51,7 +53,7 @@ import re
 import shutil
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -620,3 +622,50 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
         raise ValueError(f"cudal2.ops.linear: bias must be [N] = [{w.shape[0]}], got {tuple(bias.shape)}")
     y = hgemm(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[0])
     return y if bias is None else y + bias
+
+
+# ------------------------------------------------------------------------------------------ a model's layers
+
+
+def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    # Only float16 inputs go through cudal2 (linear refuses others); F.linear answers the rest as nn.Linear would.
+    if x.dtype == torch.float16 and self.weight.dtype == torch.float16:
+        return linear(x, self.weight, self.bias)
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+@dataclass
+class LinearPatch:
+    """The nn.Linear modules `patch_linear` routed through cudal2.ops.linear (by qualified name), and the ones it
+    left alone with why. remove() gives every patched module its own forward back."""
+
+    patched: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]  # (qualified name, why)
+    _modules: tuple[torch.nn.Linear, ...] = field(repr=False, compare=False)
+
+    def remove(self) -> None:
+        for module in self._modules:
+            if getattr(module.__dict__.get("forward"), "__func__", None) is _patched_forward:
+                del module.forward
+
+
+def patch_linear(model: torch.nn.Module) -> LinearPatch:
+    """Route the forward of every nn.Linear in `model` with float16 weights through cudal2.ops.linear (so each
+    (M, N, K) it meets takes the active library's kernel where `explain` says so, torch.matmul otherwise). The
+    modules stay where they are, with their parameters: state_dict, .to() and autograd are unchanged. Modules whose
+    weights are not float16, or whose forward something else replaced, are skipped (listed with why)."""
+    patched, skipped, modules = [], [], []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        if module.weight.dtype != torch.float16:
+            skipped.append((name, f"weight is {module.weight.dtype}, not torch.float16"))
+            continue
+        own = module.__dict__.get("forward")
+        if own is not None and getattr(own, "__func__", None) is not _patched_forward:
+            skipped.append((name, "its forward was replaced already (by something else)"))
+            continue
+        module.forward = _patched_forward.__get__(module)
+        patched.append(name)
+        modules.append(module)
+    return LinearPatch(tuple(patched), tuple(skipped), tuple(modules))

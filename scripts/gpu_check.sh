@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|paired|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|paired|model|tune|grid|all]   (default all = smoke, tests, bench)
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -8,6 +8,9 @@
 #              PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall reasons per kernel)
 #     paired: benchmarks/paired_noise.py on the grid store's chosen kernels of PAIRED_COUNT (24) shapes with
 #             MNK >= 2^PAIRED_MIN_LOG2_MNK (36), each timed PAIRED_REPEATS (3) times: paired speedup vs ratio of medians
+#     model: patch_linear's GPU test, then benchmarks/model_bench.py: MODEL_BENCH_LAYERS (2) decoder layers of each LLM
+#            model (MODEL_BENCH_MODELS, default all) at MODEL_BENCH_TOKENS (1..8192) with their linears on a library
+#            exported from GRID_STORE at MODEL_BENCH_MIN_SPEEDUP (1.02), against torch (eager and CUDA graph)
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -135,6 +138,19 @@ if [[ $what == paired ]]; then  # the paired speedup against the ratio of median
   store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
   python3 benchmarks/paired_noise.py --db "$store" --count "${PAIRED_COUNT:-24}" --repeats "${PAIRED_REPEATS:-3}" \
     --min-log2-mnk "${PAIRED_MIN_LOG2_MNK:-36}" --json "$OUT/paired_noise.json" 2>&1 | tee "$OUT/paired_noise.log" || rc=1
+fi
+if [[ $what == model ]]; then  # decoder layers of the LLM models with their linears on cudal2.ops, against torch
+  store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
+  [[ -f /tmp/grid.sqlite ]] || gunzip -c "$store" > /tmp/grid.sqlite || rc=1
+  if [[ ${MODEL_TESTS:-1} != 0 ]]; then  # patch_linear's GPU test first (MODEL_TESTS=0 skips it)
+    python3 -m pytest -m gpu -q --timeout=300 tests/test_ops.py -k patch_linear -p no:cacheprovider 2>&1 \
+      | tee "$OUT/pytest_patch_linear.log"
+    [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  fi
+  timeout "${MODEL_BENCH_TIMEOUT:-420}" python3 benchmarks/model_bench.py --db /tmp/grid.sqlite \
+    --min-speedup "${MODEL_BENCH_MIN_SPEEDUP:-1.02}" --layers "${MODEL_BENCH_LAYERS:-2}" \
+    ${MODEL_BENCH_MODELS:+--models "$MODEL_BENCH_MODELS"} ${MODEL_BENCH_TOKENS:+--tokens "$MODEL_BENCH_TOKENS"} \
+    --out "$OUT/model_bench.json" 2>&1 | tee "$OUT/model_bench.md" || rc=1
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1

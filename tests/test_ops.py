@@ -199,6 +199,50 @@ def test_linear_reshapes_batch_dimensions() -> None:
     assert ops.linear(half(0, 8), w).shape == (0, 4)
 
 
+def tiny_model() -> torch.nn.Module:
+    """Two float16 linear layers (one with bias) and one float32 one, nested as a model's layers are."""
+    torch.manual_seed(0)
+    block = torch.nn.ModuleDict({"q_proj": torch.nn.Linear(8, 16, bias=True), "down": torch.nn.Linear(16, 8, bias=False)})
+    return torch.nn.ModuleDict({"layer": block.half(), "head": torch.nn.Linear(8, 4)})
+
+
+def run_tiny(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    h = model["layer"]["down"](model["layer"]["q_proj"](x))
+    return h, model["head"](h.float())
+
+
+def test_patch_linear_routes_float16_layers_through_cudal2_and_removes(monkeypatch) -> None:
+    model, x = tiny_model(), half(3, 5, 8)
+    stock = run_tiny(model, x)
+    calls = []
+    real_linear = ops.linear
+    monkeypatch.setattr(ops, "linear", lambda x, w, bias=None: calls.append((tuple(x.shape), tuple(w.shape)))
+                        or real_linear(x, w, bias))
+    patch = ops.patch_linear(model)
+    assert patch.patched == ("layer.q_proj", "layer.down")
+    assert patch.skipped == (("head", "weight is torch.float32, not torch.float16"),)
+    patched = run_tiny(model, x)
+    assert calls == [((3, 5, 8), (16, 8)), ((3, 5, 16), (8, 16))]  # the fp32 head kept nn.Linear's own forward
+    for a, b in zip(patched, stock, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+    assert "forward" not in model["head"].__dict__ and set(model.state_dict()) == set(tiny_model().state_dict())
+    assert ops.patch_linear(model).patched == patch.patched  # patching twice patches each module once
+    patch.remove()
+    calls.clear()
+    run_tiny(model, x)
+    assert calls == [] and all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_patch_linear_leaves_a_forward_replaced_by_something_else() -> None:
+    model = tiny_model()
+    mine = model["layer"]["down"].forward = lambda x: x
+    patch = ops.patch_linear(model)
+    assert patch.patched == ("layer.q_proj",)
+    assert ("layer.down", "its forward was replaced already (by something else)") in patch.skipped
+    patch.remove()
+    assert model["layer"]["down"].forward is mine
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: ops.hgemm(torch.randn(4, 8), torch.randn(3, 8)), TypeError, "a is torch.float32; cudal2 kernels are float16"),
     (lambda: ops.hgemm(half(4, 8), half(3, 8).bfloat16()), TypeError, "b_nk is torch.bfloat16"),
@@ -402,6 +446,25 @@ def test_inside_cuda_graph_capture_and_replay(padding_library: Path, shape, rout
         graph.replay()
         torch.cuda.synchronize()
         assert rel_err(c, a, b) <= tol(k)
+
+
+@pytest.mark.gpu
+def test_patch_linear_runs_a_model_on_the_library(seed_library: Path) -> None:
+    ops.load_library(seed_library, cache_dir=BUILDS, min_speedup=0.0, build=True)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024, bias=False))
+    model = model.half().cuda()
+    x = cuda_half(4, 256, 1024)  # M = 4 * 256 = 1024: the seed library's 1024^3 kernel
+    assert ops.explain(1024, 1024, 1024).route is ops.Route.EXACT
+    with torch.no_grad():
+        stock = model(x)
+        patch = ops.patch_linear(model)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="cudal2.ops")  # a kernel refusing the call would warn
+            patched = model(x)
+        patch.remove()
+    assert patch.patched == ("0", "2")
+    torch.testing.assert_close(patched, stock, rtol=1e-2, atol=5e-2)
 
 
 REFUSING_KERNEL = """#include <cuda_fp16.h>

@@ -1,0 +1,223 @@
+"""End to end (GPU): decoder layers of the LLM shapes' models with their linear layers on cudal2.ops, against the
+same layers on torch, at each token count.
+
+    python3 benchmarks/model_bench.py (--library DIR | --db PATH [--min-speedup 1.02]) [--layers 2]
+                                      [--models Llama-3-8B,Qwen2.5-7B] [--tokens 1,16,128] [--out model_bench.json]
+
+The leaderboard times each GEMM alone, on cold inputs (offline mode rotates input sets past L2); this times what a
+user of `cudal2.ops.patch_linear` gets in a model: the GEMMs between the model's own norms, attention and
+activations, with its weights as they fall in L2, and the library's dispatch rule (`cudal2.ops.explain`) deciding
+per shape.
+
+Per model of cudal2.data.LLM_MODELS (one per distinct set of linear shapes: Mistral-7B's are Llama-3-8B's), a
+transformers base model built from its published dims (Qwen2.5 as Qwen2Model: q/k/v with bias; the others as
+LlamaModel, whose linear layers and attention match theirs at these lengths) with `--layers` decoder layers and
+random float16 weights (std 0.02), no embedding lookup or LM head: inputs_embeds [1, M, hidden] in, the last
+hidden state out, no KV cache, SDPA attention. M = 1 and 16 are therefore a forward over M tokens, not a decode
+step over a cache: the linear layers' shapes are a decode step's, the attention is cheaper.
+
+Each (model, M) is timed with torch's nn.Linear and with every linear patched (`cudal2.ops.patch_linear`, the
+library's default min_speedup 1.0), both ways ops_bench times one call:
+    eager: back-to-back forwards from Python, CUDA-event timed (Python, dispatch and launches included)
+    graph: forwards captured in one CUDA graph, replayed (launch overhead gone: the GPU's time)
+and the two outputs are compared (relative Frobenius difference). "routes" counts the 7 projections by the path
+`explain` gives them (exact kernel / padded / torch.matmul); "GEMM us saved, predicted" is, over the layers,
+sum(torch.matmul median - kernel median) of the exact routes from the library's manifest (offline figures),
+against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an H200 with the
+kernels in the build cache (a kernel not there compiles on its first call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from ops_bench import eager_us, export_from, geomean, graph_us
+
+from cudal2 import ops
+from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig
+from cudal2.export import Manifest
+
+INIT_STD = 0.02  # the published configs' initializer_range
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    tokens: int  # M
+    layers: int
+    exact: int  # of the 7 projections, how many take an exported kernel for their own shape
+    padded: int
+    torch: int
+    predicted_saving_us: float  # per forward, from the manifest's medians (exact routes only)
+    torch_eager_us: float
+    op_eager_us: float
+    torch_graph_us: float | None  # None: the forward could not be captured (graph_error says why)
+    op_graph_us: float | None
+    rel_diff: float  # ||patched - torch|| / ||torch|| of the last hidden state
+    graph_error: str = ""
+
+    @property
+    def eager_speedup(self) -> float:
+        return self.torch_eager_us / self.op_eager_us
+
+    @property
+    def graph_speedup(self) -> float | None:
+        return None if self.op_graph_us is None else self.torch_graph_us / self.op_graph_us
+
+
+def distinct_models(names: list[str] | None) -> list[ModelConfig]:
+    """LLM_MODELS named (all by default), dropping a model whose linear shapes an earlier one has."""
+    known = {m.name: m for m in LLM_MODELS}
+    unknown = sorted(set(names or ()) - set(known))
+    if unknown:
+        raise SystemExit(f"model_bench: unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen, seen = [], set()
+    for m in LLM_MODELS if not names else [known[n] for n in names]:
+        if m.linears() not in seen:
+            seen.add(m.linears())
+            chosen.append(m)
+    return chosen
+
+
+def build(model: ModelConfig, layers: int, max_tokens: int, device: str = "cuda") -> torch.nn.Module:
+    """The base model (decoder layers and final norm) with `model`'s dims, float16 on `device`."""
+    import transformers
+
+    common = dict(hidden_size=model.hidden, intermediate_size=model.intermediate,
+                  num_attention_heads=model.heads, num_key_value_heads=model.kv_heads, num_hidden_layers=layers,
+                  vocab_size=256, max_position_embeddings=max(max_tokens, 2), initializer_range=INIT_STD,
+                  attn_implementation="sdpa", use_cache=False)
+    if model.name.startswith("Qwen2"):  # head_dim = hidden / heads in both Qwen2.5 configs
+        assert model.hidden == model.heads * model.head_dim, model
+        config, cls = transformers.Qwen2Config(**common), transformers.Qwen2Model
+    else:
+        config, cls = transformers.LlamaConfig(head_dim=model.head_dim, **common), transformers.LlamaModel
+    torch.manual_seed(0)
+    with torch.device(device):  # weights initialised where they live: seconds, not minutes, for Llama-3-70B
+        return cls(config).to(torch.float16).eval()
+
+
+def routes(model: ModelConfig, tokens: int) -> tuple[dict[ops.Route, int], float]:
+    """How many of the 7 projections take each route at M = tokens, and the GEMM time the exact ones save per
+    decoder layer by the manifest (us)."""
+    counts = dict.fromkeys(ops.Route, 0)
+    saving = 0.0
+    for _, n, k in model.linears():
+        d = ops.explain(tokens, n, k)
+        counts[d.route] += 1
+        if d.route is ops.Route.EXACT:  # est_speedup = torch.matmul's median / the kernel's
+            saving += d.kernel.median_us * (d.est_speedup - 1)
+    return counts, saving
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def time_both(net: torch.nn.Module, x: torch.Tensor) -> tuple[float, float | None, str, torch.Tensor]:
+    """Eager and graph time of one forward (us), why graph capture failed (or ""), and the output."""
+    def forward() -> torch.Tensor:
+        return net(inputs_embeds=x).last_hidden_state
+
+    out = forward()
+    eager = eager_us(forward)
+    try:
+        graph, error = graph_us(forward), ""
+    except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured
+        graph, error = None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        torch.cuda.synchronize()
+    return eager, graph, error, out
+
+
+def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int) -> Row:
+    x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.float16)
+    counts, saving = routes(model, tokens)
+    with torch.inference_mode():
+        t_eager, t_graph, t_error, t_out = time_both(net, x)
+        patch = ops.patch_linear(net)
+        try:
+            o_eager, o_graph, o_error, o_out = time_both(net, x)
+        finally:
+            patch.remove()
+    graphed = t_graph is not None and o_graph is not None  # a graph figure only beside the other one
+    return Row(model.name, tokens, layers, counts[ops.Route.EXACT], counts[ops.Route.PADDED],
+               counts[ops.Route.TORCH], saving * layers, t_eager, o_eager, t_graph if graphed else None,
+               o_graph if graphed else None, rel_diff(o_out, t_out), t_error or o_error)
+
+
+def fmt(v: float | None, digits: int = 1) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| model | M | routes exact/padded/torch | eager us: torch / cudal2 | eager | graph us: torch / cudal2 "
+             "| graph | GEMM us saved per forward: predicted / graph | rel. diff |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        measured = None if r.op_graph_us is None else r.torch_graph_us - r.op_graph_us
+        lines.append(f"| {r.model} | {r.tokens} | {r.exact}/{r.padded}/{r.torch} | {fmt(r.torch_eager_us)} / "
+                     f"{fmt(r.op_eager_us)} | {r.eager_speedup:.3f}x | {fmt(r.torch_graph_us)} / {fmt(r.op_graph_us)} "
+                     f"| {fmt(r.graph_speedup, 3)}{'x' if r.graph_speedup else ''} | {fmt(r.predicted_saving_us)} / "
+                     f"{fmt(measured)} | {r.rel_diff:.1e} |")
+    errors = sorted({f"{r.model} M={r.tokens}: {r.graph_error}" for r in rows if r.graph_error})
+    return "\n".join(lines + [f"- graph capture failed: {e}" for e in errors])
+
+
+def parse_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"model_bench: --tokens wants comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"model_bench: --tokens must be >= 1, got {text!r}")
+    return values
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--library", default=None, help="an exported library directory")
+    src.add_argument("--db", default=None, help="export from this result store first")
+    ap.add_argument("--min-speedup", type=float, default=1.02, help="with --db: the export threshold")
+    ap.add_argument("--layers", type=int, default=2, help="decoder layers per model")
+    ap.add_argument("--models", default=None, help="comma-separated names from cudal2.data.LLM_MODELS (all)")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKEN_COUNTS)), help="token counts M")
+    ap.add_argument("--out", default=None, help="write every row as JSON here")
+    args = ap.parse_args()
+    models, tokens = distinct_models(args.models.split(",") if args.models else None), parse_ints(args.tokens)
+    if not torch.cuda.is_available():
+        print("model_bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="cudal2-model-bench-") as tmp:
+        library = Path(args.library) if args.library else export_from(Path(args.db), args.min_speedup, Path(tmp))
+        ops.load_library(library)  # kernels build on the first call of their shape
+        print(f"library: {len(Manifest.load(library).kernels)} kernel(s) on {Manifest.load(library).gpu}; "
+              f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+        for model in models:
+            net = build(model, args.layers, max(tokens))
+            for m in tokens:
+                rows.append(measure(model, net, m, args.layers))
+                print(f"  {model.name} M={m}: {time.monotonic() - start:.0f} s", flush=True)
+            del net
+            torch.cuda.empty_cache()
+    print(f"\n{table(rows)}\n")
+    graphed = [r.graph_speedup for r in rows if r.graph_speedup]
+    print(f"geomean over {len(rows)} (model, M): eager {geomean([r.eager_speedup for r in rows]):.3f}x"
+          + (f", graph {geomean(graphed):.3f}x over {len(graphed)}" if graphed else "")
+          + f"; total {time.monotonic() - start:.0f} s")
+    if args.out:
+        Path(args.out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

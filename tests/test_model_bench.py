@@ -1,0 +1,60 @@
+"""benchmarks/model_bench.py on the CPU: the models it builds from cudal2.data's dims (scaled down), patched by
+cudal2.ops.patch_linear, compute what the stock model computes; its choice of models and its table."""
+
+import dataclasses
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudal2 import ops
+from cudal2.data import LLM_MODELS
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+model_bench = importlib.import_module("model_bench")
+
+
+def scaled(name: str, factor: int):
+    """An LLM_MODELS entry with every width divided by `factor` (heads and head_dim kept in proportion)."""
+    m = next(m for m in LLM_MODELS if m.name == name)
+    return dataclasses.replace(m, hidden=m.hidden // factor, intermediate=m.intermediate // factor,
+                               head_dim=m.head_dim // factor)
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-0.5B", "Mistral-Nemo-12B"])
+def test_patched_model_computes_what_the_stock_model_does(name: str) -> None:
+    model = scaled(name, 16 if name.startswith("Mistral") else 8)
+    net = model_bench.build(model, layers=2, max_tokens=16, device="cpu")
+    shapes = {(m.out_features, m.in_features) for m in net.modules() if isinstance(m, torch.nn.Linear)}
+    assert shapes == {(n, k) for _, n, k in model.linears()}  # the layers the leaderboard's rows name
+    x = torch.randn(1, 16, model.hidden, dtype=torch.float16)
+    with torch.inference_mode():
+        stock = net(inputs_embeds=x).last_hidden_state
+        patch = ops.patch_linear(net)
+        patched = net(inputs_embeds=x).last_hidden_state
+        patch.remove()
+    assert len(patch.patched) == 2 * 7 and patch.skipped == ()
+    assert model_bench.rel_diff(patched, stock) < 1e-2  # on the CPU cudal2.ops computes by torch.matmul
+
+
+def test_models_with_the_same_shapes_are_built_once() -> None:
+    names = [m.name for m in model_bench.distinct_models(None)]
+    assert "Mistral-7B" not in names and "Llama-3-8B" in names and len(names) == len(LLM_MODELS) - 1
+    assert [m.name for m in model_bench.distinct_models(["Qwen2.5-7B", "Llama-3-8B"])] == ["Qwen2.5-7B", "Llama-3-8B"]
+    with pytest.raises(SystemExit, match="unknown model"):
+        model_bench.distinct_models(["GPT-5"])
+    with pytest.raises(SystemExit, match="--tokens must be >= 1"):
+        model_bench.parse_ints("0,16")
+
+
+def test_table_reports_speedups_savings_and_capture_failures() -> None:
+    ok = model_bench.Row("Llama-3-8B", 128, 2, 5, 0, 2, 40.0, 1000.0, 800.0, 500.0, 460.0, 1e-3)
+    failed = model_bench.Row("Qwen2.5-7B", 1, 2, 7, 0, 0, 10.0, 900.0, 1000.0, None, None, 2e-3,
+                             "RuntimeError: operation not permitted when stream is capturing")
+    text = model_bench.table([ok, failed])
+    assert "| Llama-3-8B | 128 | 5/0/2 | 1,000.0 / 800.0 | 1.250x | 500.0 / 460.0 | 1.087x | 40.0 / 40.0 |" in text
+    assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | 10.0 / n/a |" in text
+    assert "- graph capture failed: Qwen2.5-7B M=1: RuntimeError: operation not permitted" in text
