@@ -17,34 +17,39 @@ hidden state out, no KV cache, SDPA attention. M = 1 and 16 are therefore a forw
 step over a cache: the linear layers' shapes are a decode step's, the attention is cheaper.
 
 Each (model, M) is timed with torch's nn.Linear and with every linear patched (`cudal2.ops.patch_linear`, the
-library's default min_speedup 1.0), both ways ops_bench times one call:
+library's default min_speedup 1.0), two ways:
     eager: back-to-back forwards from Python, CUDA-event timed (Python, dispatch and launches included)
-    graph: forwards captured in one CUDA graph, replayed (launch overhead gone: the GPU's time)
-and the two outputs are compared (relative Frobenius difference). "routes" counts the 7 projections by the path
-`explain` gives them (exact kernel / padded / torch.matmul); "GEMM us saved, predicted" is, over the layers,
-sum(torch.matmul median - kernel median) of the exact routes from the library's manifest (offline figures),
-against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an H200 with the
-kernels in the build cache (a kernel not there compiles on its first call).
+    graph: one forward captured in a CUDA graph per side, replayed (launch overhead gone: the GPU's time)
+each as ROUNDS alternating timings (torch, cudal2, torch, ...): the speedup is the median over rounds of
+torch_r / cudal2_r, so a drift of the GPU or the host between rounds cancels, and torch's spread over the rounds
+is the noise floor. The two outputs are compared (relative Frobenius difference). "routes" counts the 7
+projections by the path `explain` gives them (exact kernel / padded / torch.matmul); "GEMM us saved, predicted"
+is, over the layers, sum(torch.matmul median - kernel median) of the exact routes from the library's manifest
+(offline figures), against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an
+H200 with the kernels in the build cache (a kernel not there compiles on its first call).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from ops_bench import eager_us, export_from, geomean, graph_us
+from ops_bench import TARGET_MS, export_from, geomean
 
 from cudal2 import ops
 from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig
 from cudal2.export import Manifest
 
 INIT_STD = 0.02  # the published configs' initializer_range
+ROUNDS = 5  # alternating timings of torch and cudal2 per (model, M) and way
 
 
 @dataclass(frozen=True)
@@ -56,20 +61,15 @@ class Row:
     padded: int
     torch: int
     predicted_saving_us: float  # per forward, from the manifest's medians (exact routes only)
-    torch_eager_us: float
+    torch_eager_us: float  # medians over ROUNDS
     op_eager_us: float
+    eager_speedup: float  # paired: the median over rounds r of torch_r / op_r
     torch_graph_us: float | None  # None: the forward could not be captured (graph_error says why)
     op_graph_us: float | None
+    graph_speedup: float | None
+    graph_spread: float | None  # (max - min) / median of torch's graph times over the rounds: the noise floor
     rel_diff: float  # ||patched - torch|| / ||torch|| of the last hidden state
     graph_error: str = ""
-
-    @property
-    def eager_speedup(self) -> float:
-        return self.torch_eager_us / self.op_eager_us
-
-    @property
-    def graph_speedup(self) -> float | None:
-        return None if self.op_graph_us is None else self.torch_graph_us / self.op_graph_us
 
 
 def distinct_models(names: list[str] | None) -> list[ModelConfig]:
@@ -121,35 +121,83 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def time_both(net: torch.nn.Module, x: torch.Tensor) -> tuple[float, float | None, str, torch.Tensor]:
-    """Eager and graph time of one forward (us), why graph capture failed (or ""), and the output."""
-    def forward() -> torch.Tensor:
-        return net(inputs_embeds=x).last_hidden_state
+Timer = Callable[[int], float]  # microseconds per call over `reps` back-to-back calls
 
-    out = forward()
-    eager = eager_us(forward)
-    try:
-        graph, error = graph_us(forward), ""
-    except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured
-        graph, error = None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-        torch.cuda.synchronize()
-    return eager, graph, error, out
+
+def timer(run: Callable[[], object]) -> Timer:
+    def timed(reps: int) -> float:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            run()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1000 / reps
+    return timed
+
+
+def on_cudal2(net: torch.nn.Module, timed: Timer) -> Timer:
+    """`timed` with every linear of `net` on cudal2.ops for its duration (patched once per timing, not per call)."""
+    def patched(reps: int) -> float:
+        with ops.patch_linear(net):
+            return timed(reps)
+    return patched
+
+
+def paired_us(first: Timer, second: Timer) -> tuple[list[float], list[float]]:
+    """ROUNDS timings of each, alternating (first, second, first, ...), so that a drift of the GPU's clocks or of
+    the host between rounds shows in both; each timing is ~TARGET_MS of back-to-back calls after a warm-up."""
+    first(2), second(2)
+    reps = max(3, min(500, int(TARGET_MS * 1000 / max(first(1), 1.0))))
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(ROUNDS):
+        times[0].append(first(reps))
+        times[1].append(second(reps))
+    return times
+
+
+def capture(forward: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch requires
+        forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    return graph
 
 
 def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int) -> Row:
     x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.float16)
     counts, saving = routes(model, tokens)
+
+    def forward() -> torch.Tensor:
+        return net(inputs_embeds=x).last_hidden_state
+
     with torch.inference_mode():
-        t_eager, t_graph, t_error, t_out = time_both(net, x)
-        patch = ops.patch_linear(net)
-        try:
-            o_eager, o_graph, o_error, o_out = time_both(net, x)
-        finally:
-            patch.remove()
-    graphed = t_graph is not None and o_graph is not None  # a graph figure only beside the other one
+        stock_out = forward()
+        with ops.patch_linear(net):
+            op_out = forward()
+        torch_eager, op_eager = paired_us(timer(forward), on_cudal2(net, timer(forward)))
+        try:  # a graph replays what was captured: the op's keeps cudal2's kernels after the patch is gone
+            stock_graph = capture(forward)
+            with ops.patch_linear(net):
+                op_graph = capture(forward)
+            torch_graph, op_graph_us = paired_us(timer(stock_graph.replay), timer(op_graph.replay))
+            error = ""
+        except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured
+            torch_graph, op_graph_us, error = [], [], f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            torch.cuda.synchronize()
+    med = statistics.median
+    graphed = bool(torch_graph)
     return Row(model.name, tokens, layers, counts[ops.Route.EXACT], counts[ops.Route.PADDED],
-               counts[ops.Route.TORCH], saving * layers, t_eager, o_eager, t_graph if graphed else None,
-               o_graph if graphed else None, rel_diff(o_out, t_out), t_error or o_error)
+               counts[ops.Route.TORCH], saving * layers, med(torch_eager), med(op_eager),
+               med(t / o for t, o in zip(torch_eager, op_eager, strict=True)),
+               med(torch_graph) if graphed else None, med(op_graph_us) if graphed else None,
+               med(t / o for t, o in zip(torch_graph, op_graph_us, strict=True)) if graphed else None,
+               (max(torch_graph) - min(torch_graph)) / med(torch_graph) if graphed else None,
+               rel_diff(op_out, stock_out), error)
 
 
 def fmt(v: float | None, digits: int = 1) -> str:
@@ -158,14 +206,15 @@ def fmt(v: float | None, digits: int = 1) -> str:
 
 def table(rows: list[Row]) -> str:
     lines = ["| model | M | routes exact/padded/torch | eager us: torch / cudal2 | eager | graph us: torch / cudal2 "
-             "| graph | GEMM us saved per forward: predicted / graph | rel. diff |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| graph | torch's graph spread | GEMM us saved per forward: predicted / graph | rel. diff |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         measured = None if r.op_graph_us is None else r.torch_graph_us - r.op_graph_us
+        spread = "n/a" if r.graph_spread is None else f"{100 * r.graph_spread:.1f}%"
         lines.append(f"| {r.model} | {r.tokens} | {r.exact}/{r.padded}/{r.torch} | {fmt(r.torch_eager_us)} / "
                      f"{fmt(r.op_eager_us)} | {r.eager_speedup:.3f}x | {fmt(r.torch_graph_us)} / {fmt(r.op_graph_us)} "
-                     f"| {fmt(r.graph_speedup, 3)}{'x' if r.graph_speedup else ''} | {fmt(r.predicted_saving_us)} / "
-                     f"{fmt(measured)} | {r.rel_diff:.1e} |")
+                     f"| {fmt(r.graph_speedup, 3)}{'x' if r.graph_speedup else ''} | {spread} | "
+                     f"{fmt(r.predicted_saving_us)} / {fmt(measured)} | {r.rel_diff:.1e} |")
     errors = sorted({f"{r.model} M={r.tokens}: {r.graph_error}" for r in rows if r.graph_error})
     return "\n".join(lines + [f"- graph capture failed: {e}" for e in errors])
 

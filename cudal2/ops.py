@@ -5,7 +5,7 @@
     c = cudal2.ops.hgemm(a, b)               # a [M, K], b [N, K], fp16 CUDA -> c [M, N] = a @ b.T
     y = cudal2.ops.linear(x, w, bias)        # x [..., K], w [N, K] -> y [..., N], like F.linear
     patch = cudal2.ops.patch_linear(model)   # every float16 nn.Linear of a model through cudal2.ops.linear
-    patch.remove()                           # and back to torch
+    patch.remove()                           # and back to torch (or: with cudal2.ops.patch_linear(model): ...)
     print(cudal2.ops.explain(M, N, K))       # which path a shape takes, and why
 
 `torch.ops.cudal2.hgemm` is a torch custom op (torch.library) with a fake implementation, so it traces under
@@ -637,7 +637,7 @@ def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 @dataclass
 class LinearPatch:
     """The nn.Linear modules `patch_linear` routed through cudal2.ops.linear (by qualified name), and the ones it
-    left alone with why. remove() gives every patched module its own forward back."""
+    left alone with why. remove(), or leaving a `with` block, gives every patched module its own forward back."""
 
     patched: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]  # (qualified name, why)
@@ -647,6 +647,12 @@ class LinearPatch:
         for module in self._modules:
             if getattr(module.__dict__.get("forward"), "__func__", None) is _patched_forward:
                 del module.forward
+
+    def __enter__(self) -> LinearPatch:  # `with patch_linear(model): ...` removes the patch on the way out
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
 
 def patch_linear(model: torch.nn.Module) -> LinearPatch:

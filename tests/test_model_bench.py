@@ -51,10 +51,10 @@ def test_models_with_the_same_shapes_are_built_once() -> None:
 
 
 def test_table_reports_speedups_savings_and_capture_failures() -> None:
-    ok = model_bench.Row("Llama-3-8B", 128, 2, 5, 0, 2, 40.0, 1000.0, 800.0, 500.0, 460.0, 1e-3)
-    failed = model_bench.Row("Qwen2.5-7B", 1, 2, 7, 0, 0, 10.0, 900.0, 1000.0, None, None, 2e-3,
+    ok = model_bench.Row("Llama-3-8B", 128, 2, 5, 0, 2, 40.0, 1000.0, 800.0, 1.25, 500.0, 460.0, 1.087, 0.012, 1e-3)
+    failed = model_bench.Row("Qwen2.5-7B", 1, 2, 7, 0, 0, 10.0, 900.0, 1000.0, 0.9, None, None, None, None, 2e-3,
                              "RuntimeError: operation not permitted when stream is capturing")
     text = model_bench.table([ok, failed])
-    assert "| Llama-3-8B | 128 | 5/0/2 | 1,000.0 / 800.0 | 1.250x | 500.0 / 460.0 | 1.087x | 40.0 / 40.0 |" in text
-    assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | 10.0 / n/a |" in text
+    assert "| Llama-3-8B | 128 | 5/0/2 | 1,000.0 / 800.0 | 1.250x | 500.0 / 460.0 | 1.087x | 1.2% | 40.0 / 40.0 |" in text
+    assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | n/a | 10.0 / n/a |" in text
     assert "- graph capture failed: Qwen2.5-7B M=1: RuntimeError: operation not permitted" in text

@@ -243,6 +243,14 @@ def test_patch_linear_leaves_a_forward_replaced_by_something_else() -> None:
     assert model["layer"]["down"].forward is mine
 
 
+def test_patch_linear_as_a_context_manager() -> None:
+    model, x = tiny_model(), half(2, 8)
+    with ops.patch_linear(model) as patch:
+        assert "forward" in model["layer"]["q_proj"].__dict__ and patch.patched == ("layer.q_proj", "layer.down")
+        run_tiny(model, x)
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: ops.hgemm(torch.randn(4, 8), torch.randn(3, 8)), TypeError, "a is torch.float32; cudal2 kernels are float16"),
     (lambda: ops.hgemm(half(4, 8), half(3, 8).bfloat16()), TypeError, "b_nk is torch.bfloat16"),
@@ -458,11 +466,9 @@ def test_patch_linear_runs_a_model_on_the_library(seed_library: Path) -> None:
     assert ops.explain(1024, 1024, 1024).route is ops.Route.EXACT
     with torch.no_grad():
         stock = model(x)
-        patch = ops.patch_linear(model)
-        with warnings.catch_warnings():
+        with ops.patch_linear(model) as patch, warnings.catch_warnings():
             warnings.filterwarnings("error", message="cudal2.ops")  # a kernel refusing the call would warn
             patched = model(x)
-        patch.remove()
     assert patch.patched == ("0", "2")
     torch.testing.assert_close(patched, stock, rtol=1e-2, atol=5e-2)
 
