@@ -81,10 +81,10 @@ def build_seed_library(out: Path) -> Path:
     return out / "lib"
 
 
-def export_from(db: Path, min_speedup: float, out: Path) -> Path:
+def export_from(db: Path, min_speedup: float, out: Path, host_cache_twins: bool = False) -> Path:
     with ResultStore(db) as store:
         gpu = resolve_gpu(store.ok_gpus(), None, getattr(detect_gpu(), "label", None))
-        plan = plan_export(store, ExportRequest(gpu, min_speedup=min_speedup))
+        plan = plan_export(store, ExportRequest(gpu, min_speedup=min_speedup, host_cache_twins=host_cache_twins))
     if not plan.manifest.kernels:
         raise SystemExit(f"nothing to export from {db} at --min-speedup {min_speedup}")
     write_library(out / "lib", plan)

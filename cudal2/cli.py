@@ -227,6 +227,9 @@ def _add_export_parser(sub) -> None:
                     "--baseline (0: every verified kernel)")
     ex.add_argument("--baseline", default="cublas", choices=BASELINES)
     ex.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")
+    ex.add_argument("--host-cache-twins", action="store_true",
+                    help="export an sm90 kernel's host_cache twin in its place where the twin was verified on the "
+                         "shape (same device code, less host time per eager call)")
     ex.set_defaults(func=cmd_export)
 
 
@@ -240,7 +243,8 @@ def cmd_export(args) -> int:
         with _open_store(str(db)) as store:
             gpu = export.resolve_gpu(store.ok_gpus(), args.gpu, getattr(detect_gpu(), "label", None))
             plan = export.plan_export(store, export.ExportRequest(gpu, Acc(args.acc), Mode(args.mode),
-                                                                  args.min_speedup, args.baseline))
+                                                                  args.min_speedup, args.baseline,
+                                                                  args.host_cache_twins))
         print(export.render(plan))
         if not plan.manifest.kernels:
             print("cudal2: nothing to export: no library written", file=sys.stderr)

@@ -12,6 +12,10 @@ when that result also shows the runtime hardening checks ran (a full evaluation,
 off; compile-only results are never `ok`), its speedup over `baseline` is at least `min_speedup` and the store
 holds its source text under a matching sha256. Everything else is reported as skipped, with the reason.
 
+With `--host-cache-twins`, an sm90 kernel whose host_cache twin (cudal2.twins) has an ok result on the shape is
+exported as that twin: the same device code, ~5 us less host time per call for an eager caller (a CUDA graph
+replays neither's host code). Its entry keeps the kernel's figures and names the kernel in `timed_as`.
+
 Kernels are written for, and only trusted on, the GPU they were measured on: the manifest names it, and
 `cudal2.ops` refuses a library measured on another GPU.
 
@@ -24,6 +28,8 @@ kernel is faster), dates are ISO 8601 UTC.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -31,12 +37,15 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudal2.sandbox.store import SPEEDUP_COLUMNS, GpuLabelError, ResultStore, resolve_gpu_label
-from cudal2.sandbox.types import EVALUATOR_VERSION, MAX_DIM, Acc, Mode, ShapeResult, Task
+from cudal2.sandbox.types import EVALUATOR_VERSION, MAX_DIM, Acc, Mode, ShapeResult, Status, Task
+
+if TYPE_CHECKING:  # cudal2.twins pulls in the kernel families: imported only when twins are asked for
+    from cudal2.twins import Twin
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -91,6 +100,9 @@ class KernelEntry:
     speedups: dict[str, float]  # baseline name -> baseline median / kernel median
     max_rel_err: float | None  # worst relative Frobenius error over the evaluator's random checks
     measured: str  # ISO 8601 UTC date of the measurement
+    # sha256 of the source these figures were measured on, when it is not this file's: a host_cache twin
+    # (ExportRequest.host_cache_twins) carries its kernel's offline figures, the same device code. Optional in JSON.
+    timed_as: str | None = None
 
     @property
     def task(self) -> Task:
@@ -102,7 +114,7 @@ class KernelEntry:
             "source_hash": self.source_hash, "evaluator_version": self.evaluator_version, "gpu": self.gpu,
             "mode": self.mode.value, "median_us": self.median_us, "baseline_us": dict(self.baseline_us),
             "speedups": dict(self.speedups), "max_rel_err": self.max_rel_err, "measured": self.measured,
-        }  # fmt: skip
+        } | ({"timed_as": self.timed_as} if self.timed_as else {})  # fmt: skip
 
     @classmethod
     def from_json(cls, d: object, where: str) -> KernelEntry:
@@ -122,6 +134,7 @@ class KernelEntry:
             speedups=r.get("speedups", _is_positive_map, "an object of positive numbers"),
             max_rel_err=r.get("max_rel_err", _is_optional_number, "a number or null"),
             measured=r.get("measured", _is_text, "a date string"),
+            timed_as=r.get("timed_as", _is_sha256, "a sha256 hex digest") if "timed_as" in r.obj else None,
         )
         if TORCH_BASELINE not in entry.baseline_us:
             raise ManifestError(f"{where}.baseline_us: no {TORCH_BASELINE!r} time (torch.matmul's path)")
@@ -304,6 +317,10 @@ class ExportRequest:
     mode: Mode = Mode.OFFLINE
     min_speedup: float = 1.02  # over `baseline`; 0 exports every verified kernel
     baseline: str = TORCH_BASELINE
+    # An sm90 kernel's host_cache twin (cudal2.twins: the same device code, its CUTLASS parameters kept between calls:
+    # ~5 us less host time per call) goes in its place where the store holds an ok result of the twin on that shape
+    # in any mode, i.e. the twin itself passed every check there. Its entry keeps the kernel's figures (`timed_as`).
+    host_cache_twins: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,8 +364,20 @@ def _entry(task: Task, source_hash: str, result: ShapeResult, request: ExportReq
     )  # fmt: skip
 
 
-def _select(store: ResultStore, task: Task, request: ExportRequest) -> tuple[KernelEntry, str] | str:
-    """(entry, source) for the shape's best kernel, or why there is none to export."""
+def _verified_twin(store: ResultStore, twin_of: Callable[[str], Twin | None], source_hash: str, task: Task,
+                   gpu: str) -> Twin | None:
+    """The host_cache twin of `source_hash` when the store holds an ok result of it on `task` in any mode."""
+    twin = twin_of(source_hash)
+    if twin is None:
+        return None
+    results = (store.get_result(twin.source_hash, task, gpu, mode) for mode in Mode)
+    return twin if any(r is not None and r.status is Status.OK for r in results) else None
+
+
+def _select(store: ResultStore, task: Task, request: ExportRequest, twin_of: Callable[[str], Twin | None] | None
+            ) -> tuple[KernelEntry, str] | str:
+    """(entry, source) for the shape's best kernel (its verified twin in its place with `twin_of`), or why there
+    is none to export."""
     best = store.best(task, request.gpu, mode=request.mode, baseline=request.baseline, limit=1)
     if not best:
         return f"no source's newest result here is ok and timed against {request.baseline}"
@@ -366,7 +395,11 @@ def _select(store: ResultStore, task: Task, request: ExportRequest) -> tuple[Ker
     if sha256_text(source) != source_hash:
         return f"stored source {source_hash[:12]} does not match its hash"
     measured = store.measured_at(source_hash, task, request.gpu, request.mode)
-    return _entry(task, source_hash, result, request, measured), source
+    entry = _entry(task, source_hash, result, request, measured)
+    twin = _verified_twin(store, twin_of, source_hash, task, request.gpu) if twin_of else None
+    if twin is None:
+        return entry, source
+    return replace(entry, source_hash=twin.source_hash, timed_as=source_hash), twin.source
 
 
 def plan_export(store: ResultStore, request: ExportRequest) -> ExportPlan:
@@ -376,14 +409,22 @@ def plan_export(store: ResultStore, request: ExportRequest) -> ExportPlan:
     if not (math.isfinite(request.min_speedup) and request.min_speedup >= 0):
         raise ExportError(f"--min-speedup {request.min_speedup} must be a finite number >= 0")
     entries, sources, skipped = [], {}, []
-    for task in store.ok_shapes(request.acc, request.gpu, request.mode):
-        chosen = _select(store, task, request)
-        if isinstance(chosen, str):
-            skipped.append(Skipped(task, chosen))
-            continue
-        entry, source = chosen
-        entries.append(entry)
-        sources[entry.file] = source
+    with contextlib.ExitStack() as stack:
+        twin_of = None
+        if request.host_cache_twins:
+            from cudal2.tune_log import TuneLog
+            from cudal2.twins import host_cache_twin
+
+            log = stack.enter_context(TuneLog(store))
+            twin_of = functools.cache(lambda h: host_cache_twin(log.config_of(h)))
+        for task in store.ok_shapes(request.acc, request.gpu, request.mode):
+            chosen = _select(store, task, request, twin_of)
+            if isinstance(chosen, str):
+                skipped.append(Skipped(task, chosen))
+                continue
+            entry, source = chosen
+            entries.append(entry)
+            sources[entry.file] = source
     manifest = Manifest(
         gpu=request.gpu, acc=request.acc, mode=request.mode, evaluator_version=EVALUATOR_VERSION,
         baseline=request.baseline, min_speedup=request.min_speedup, created=iso_utc(time.time()),
@@ -434,7 +475,7 @@ def render(plan: ExportPlan) -> str:
              f"{'file':<24} {'median_us':>10}" + "".join(f" {('x ' + b)[:20]:>20}" for b in baselines)]
     for e in m.kernels:
         cells = "".join(f" {e.speedups[b]:20.3f}" if b in e.speedups else f" {'-':>20}" for b in baselines)
-        lines.append(f"{e.file:<24} {e.median_us:10.2f}{cells}")
+        lines.append(f"{e.file:<24} {e.median_us:10.2f}{cells}" + ("  (host_cache twin)" if e.timed_as else ""))
     if plan.skipped:
         lines.append(f"{len(plan.skipped)} shape(s) not exported:")
         lines += [f"  {s.task.mnk}: {s.reason}" for s in plan.skipped]

@@ -10,7 +10,8 @@
 #             MNK >= 2^PAIRED_MIN_LOG2_MNK (36), each timed PAIRED_REPEATS (3) times: paired speedup vs ratio of medians
 #     model: patch_linear's GPU test, then benchmarks/model_bench.py: MODEL_BENCH_LAYERS (2) decoder layers of each LLM
 #            model (MODEL_BENCH_MODELS, default all) at MODEL_BENCH_TOKENS (1..8192) with their linears on a library
-#            exported from GRID_STORE at MODEL_BENCH_MIN_SPEEDUP (1.02), against torch (eager and CUDA graph)
+#            exported from GRID_STORE at MODEL_BENCH_MIN_SPEEDUP (1.02), against torch (eager and CUDA graph); once per
+#            value of MODEL_BENCH_TWINS ("0"; "0 1": also exported with the sm90 kernels' verified host_cache twins)
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -147,10 +148,13 @@ if [[ $what == model ]]; then  # decoder layers of the LLM models with their lin
       | tee "$OUT/pytest_patch_linear.log"
     [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   fi
-  timeout "${MODEL_BENCH_TIMEOUT:-420}" python3 benchmarks/model_bench.py --db /tmp/grid.sqlite \
-    --min-speedup "${MODEL_BENCH_MIN_SPEEDUP:-1.02}" --layers "${MODEL_BENCH_LAYERS:-2}" \
-    ${MODEL_BENCH_MODELS:+--models "$MODEL_BENCH_MODELS"} ${MODEL_BENCH_TOKENS:+--tokens "$MODEL_BENCH_TOKENS"} \
-    --out "$OUT/model_bench.json" 2>&1 | tee "$OUT/model_bench.md" || rc=1
+  for twins in ${MODEL_BENCH_TWINS:-0}; do  # "0 1": the library as exported, then with host_cache twins
+    name=model_bench$([[ $twins == 1 ]] && echo _twins)
+    timeout "${MODEL_BENCH_TIMEOUT:-420}" python3 benchmarks/model_bench.py --db /tmp/grid.sqlite \
+      --min-speedup "${MODEL_BENCH_MIN_SPEEDUP:-1.02}" --layers "${MODEL_BENCH_LAYERS:-2}" \
+      ${MODEL_BENCH_MODELS:+--models "$MODEL_BENCH_MODELS"} ${MODEL_BENCH_TOKENS:+--tokens "$MODEL_BENCH_TOKENS"} \
+      $([[ $twins == 1 ]] && echo --host-cache-twins) --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.md" || rc=1
+  done
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1

@@ -4,6 +4,7 @@ and manifests with chosen measurements."""
 from __future__ import annotations
 
 from cudal2.export import TORCH_BASELINE, KernelEntry, Manifest, sha256_text
+from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task, Timing
 
 GPU = "NVIDIA H200 (sm_90a)"
@@ -46,3 +47,8 @@ def entry(m: int, n: int, k: int, median_us: float, torch_us: float, gpu: str = 
 def manifest(*entries: KernelEntry, gpu: str = GPU, acc: Acc = Acc.FP32) -> Manifest:
     return Manifest(gpu=gpu, acc=acc, mode=Mode.OFFLINE, evaluator_version=EVALUATOR_VERSION,
                     baseline=TORCH_BASELINE, min_speedup=1.02, created="2025-01-02T00:00:00Z", kernels=entries)
+
+
+# A small sm90 config the tuner could have generated (its host_cache twin is the same with host_cache on).
+SM90_CFG = SM90.make(dict(bm=64, bn=16, bk=128, cluster_m=1, cluster_n=1, schedule="basic", scheduler="persistent",
+                          epilogue="tma", stages=4, swizzle=1, acc="fp32", splits=1))

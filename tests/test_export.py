@@ -16,13 +16,17 @@ from cudal2.export import (
     Manifest,
     ManifestError,
     plan_export,
+    render,
     resolve_gpu,
     sha256_text,
     write_library,
 )
+from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Acc, Mode, ShapeResult, Status, Task
-from tests.library_fixtures import GPU, NO_HARDENING, entry, kernel_source, manifest, ok_result
+from cudal2.tune_log import ConfigRecord, TuneLog
+from cudal2.twins import host_cache_twin
+from tests.library_fixtures import GPU, NO_HARDENING, SM90_CFG, entry, kernel_source, manifest, ok_result
 from tests.test_cli import run
 
 OTHER_GPU = "NVIDIA A100-SXM4-80GB (sm_80)"
@@ -186,6 +190,32 @@ def test_manifest_round_trip_through_json() -> None:
     m = manifest(entry(128, 128, 128, 5.0, 10.0))
     assert Manifest.from_json(json.loads(json.dumps(m.to_json()))) == m
     assert dataclasses.replace(m, kernels=()).kernel(128, 128, 128) is None
+
+
+def test_host_cache_twins_go_in_their_kernels_place_only_where_verified(tmp_path: Path) -> None:
+    """An sm90 kernel wins two shapes; its twin has an ok wallclock result on one and a wrong answer on the other.
+    With host_cache_twins the twin is exported on the first only, with the kernel's figures; a kernel the tuner
+    did not generate (no config record) has no twin."""
+    sm90 = SM90.render(SM90_CFG)
+    twin = host_cache_twin(ConfigRecord.of(SM90, SM90_CFG))
+    with ResultStore(tmp_path / "r.sqlite") as s, TuneLog(s) as log:
+        put(s, sm90, ok_result(T128, 5.0, 10.0))
+        put(s, sm90, ok_result(T256, 6.0, 10.0))
+        put(s, FAST, ok_result(T512, 6.0, 10.0))  # hand-written: no config record, no twin
+        log.put_config(sha256_text(sm90), ConfigRecord.of(SM90, SM90_CFG))
+        s.put_result(twin.source_hash, GPU, Mode.WALLCLOCK, ok_result(T128, 9.0, 12.0))
+        s.put_result(twin.source_hash, GPU, Mode.WALLCLOCK, ShapeResult(T256, Status.WRONG_ANSWER, "max rel err 0.3"))
+        p = plan_export(s, ExportRequest(GPU, host_cache_twins=True))
+        plain = plan_export(s, ExportRequest(GPU))
+    by_shape = {e.task: e for e in p.manifest.kernels}
+    assert (by_shape[T128].source_hash, by_shape[T128].timed_as) == (twin.source_hash, sha256_text(sm90))
+    assert p.sources["128_128_128.cu"] == twin.source and by_shape[T128].median_us == 5.0  # the kernel's figures
+    assert (by_shape[T256].source_hash, by_shape[T256].timed_as) == (sha256_text(sm90), None)
+    assert (by_shape[T512].source_hash, by_shape[T512].timed_as) == (sha256_text(FAST), None)
+    assert all(e.timed_as is None for e in plain.manifest.kernels) and plain.sources["128_128_128.cu"] == sm90
+    assert Manifest.from_json(json.loads(json.dumps(p.manifest.to_json()))) == p.manifest
+    assert "timed_as" not in plain.manifest.to_json()["kernels"][0]  # absent when unused: older readers agree
+    assert "128_128_128.cu" in render(p) and "(host_cache twin)" in render(p).splitlines()[2]
 
 
 # -- the CLI ---------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from cudal2.tune import MAX_JOB_SHAPES
 from cudal2.tune_log import ConfigRecord, TuneLog
 from cudal2.tune_search import Strategy
 from cudal2.twins import host_cache_twin
-from tests.library_fixtures import GPU, kernel_source, ok_result
+from tests.library_fixtures import GPU, SM90_CFG, kernel_source, ok_result
 from tests.sandbox.test_store import failed_result
 from tests.test_cli import run as run_cli
 from tests.tune_fakes import FAKE_GPU, simulated_us
@@ -120,8 +120,6 @@ def test_plan_with_need_paired_times_again_only_ok_results_without_the_paired_sp
 
 # ------------------------------------------------------------------------------------- host_cache twins
 
-SM90_CFG = SM90.make(dict(bm=64, bn=16, bk=128, cluster_m=1, cluster_n=1, schedule="basic", scheduler="persistent",
-                          epilogue="tma", stages=4, swizzle=1, acc="fp32", splits=1))
 
 
 def test_twin_is_the_same_sm90_config_with_host_cache_and_only_for_sm90_tuner_configs():
