@@ -18,7 +18,8 @@ hidden state out, no KV cache, SDPA attention. M = 1 and 16 are therefore a forw
 step over a cache: the linear layers' shapes are a decode step's, the attention is cheaper.
 
 Each (model, M) is timed with torch's nn.Linear and with every linear patched (`cudal2.ops.patch_linear`, the
-library's default min_speedup 1.0), two ways:
+library's default min_speedup 1.0; `--eager-min-saving-us`, default cudal2.ops.EAGER_MIN_SAVING_US: an eager call
+takes a kernel only where it saves that much per call), two ways:
     eager: back-to-back forwards from Python, CUDA-event timed (Python, dispatch and launches included)
     graph: one forward captured in a CUDA graph per side, replayed (launch overhead gone: the GPU's time)
 each as ROUNDS alternating timings (torch, cudal2, torch, ...): the speedup is the median over rounds of
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -152,10 +154,10 @@ def timer(run: Callable[[], object]) -> Timer:
     return timed
 
 
-def on_cudal2(net: torch.nn.Module, timed: Timer) -> Timer:
+def on_cudal2(net: torch.nn.Module, timed: Timer, eager_min_saving_us: float) -> Timer:
     """`timed` with every linear of `net` on cudal2.ops for its duration (patched once per timing, not per call)."""
     def patched(reps: int) -> float:
-        with ops.patch_linear(net):
+        with ops.patch_linear(net, eager_min_saving_us=eager_min_saving_us):
             return timed(reps)
     return patched
 
@@ -184,7 +186,7 @@ def capture(forward: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int) -> Row:
+def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int, eager_min_saving_us: float) -> Row:
     x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.float16)
     counts, saving = routes(model, tokens)
 
@@ -193,9 +195,9 @@ def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int) 
 
     with torch.inference_mode():
         stock_out = forward()
-        with ops.patch_linear(net):
+        with ops.patch_linear(net, eager_min_saving_us=-math.inf):  # every kernel the graph takes, compared
             op_out = forward()
-        torch_eager, op_eager = paired_us(timer(forward), on_cudal2(net, timer(forward)))
+        torch_eager, op_eager = paired_us(timer(forward), on_cudal2(net, timer(forward), eager_min_saving_us))
         try:  # a graph replays what was captured: the op's keeps cudal2's kernels after the patch is gone
             stock_graph = capture(forward)
             with ops.patch_linear(net):
@@ -254,6 +256,8 @@ def main() -> int:
     ap.add_argument("--host-cache-twins", action="store_true",
                     help="with --db: export sm90 kernels' verified host_cache twins in their place")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers per model")
+    ap.add_argument("--eager-min-saving-us", type=float, default=ops.EAGER_MIN_SAVING_US,
+                    help="patch_linear's threshold for eager calls (0: every kernel explain() picks)")
     ap.add_argument("--models", default=None, help="comma-separated names from cudal2.data.LLM_MODELS (all)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKEN_COUNTS)), help="token counts M")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
@@ -279,7 +283,7 @@ def main() -> int:
         for model in models:
             net = build(model, args.layers, max(tokens))
             for m in tokens:
-                rows.append(measure(model, net, m, args.layers))
+                rows.append(measure(model, net, m, args.layers, args.eager_min_saving_us))
                 print(f"  {model.name} M={m}: {time.monotonic() - start:.0f} s", flush=True)
             del net
             torch.cuda.empty_cache()

@@ -53,6 +53,7 @@ import re
 import shutil
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -73,6 +74,9 @@ PAD_MARGIN = 1.05  # padded path must be estimated >= 5% faster than torch's low
 PAD_LAUNCH_US = 5.0  # per padded operand or sliced output: allocation + fill + copy launches in eager mode
 PAD_BYTES_PER_US = 2.0e6  # 2 TB/s: a conservative copy bandwidth (H200 HBM3e peaks at 4.8 TB/s)
 ALIGN_BYTES = 256  # the evaluator's buffers are cudaMalloc'd: 256-byte aligned
+# patch_linear, eager calls: a kernel must save this much GPU time per call (us) to pay for the op's extra host time
+# over nn.Linear's (5-14 us per call on the H200's host: benchmarks/ops_bench.py, benchmarks/model_bench.py).
+EAGER_MIN_SAVING_US = 10.0
 
 
 class LibraryError(ValueError):
@@ -627,11 +631,40 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
 # ------------------------------------------------------------------------------------------ a model's layers
 
 
-def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    # Only float16 inputs go through cudal2 (linear refuses others); F.linear answers the rest as nn.Linear would.
-    if x.dtype == torch.float16 and self.weight.dtype == torch.float16:
-        return linear(x, self.weight, self.bias)
-    return torch.nn.functional.linear(x, self.weight, self.bias)
+def saving_us(decision: Decision) -> float:
+    """GPU time per call the decision's kernel saves over torch.matmul by the manifest (us; 0 for torch's route)."""
+    if decision.kernel is None or decision.est_speedup is None:
+        return 0.0
+    return decision.kernel.median_us * (decision.est_speedup - 1)  # est_speedup = torch's time / the kernel's
+
+
+def _takes_kernel_eagerly(x: torch.Tensor, w: torch.Tensor, min_saving_us: float) -> bool:
+    """Whether an eager call of F.linear(x, w) on a CUDA device goes through cudal2: only where its kernel saves at
+    least `min_saving_us` per call."""
+    if x.shape[-1] == 0 or x.numel() == 0:
+        return False
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    decision, kernel = _plan(index, x.numel() // x.shape[-1], w.shape[0], w.shape[1])
+    return kernel is not None and saving_us(decision) >= min_saving_us
+
+
+def _patched_forward(module: torch.nn.Linear, eager_min_saving_us: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        w, bias = module.weight, module.bias
+        # Only float16 on a CUDA device goes through cudal2 (linear refuses other dtypes, and computes by torch.matmul
+        # off CUDA); F.linear answers the rest as nn.Linear would.
+        if x.dtype == torch.float16 and w.dtype == torch.float16 and x.device.type == "cuda" and (
+                torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
+                or _takes_kernel_eagerly(x, w, eager_min_saving_us)):
+            return linear(x, w, bias)
+        return torch.nn.functional.linear(x, w, bias)
+
+    forward.cudal2_patch = True  # what LinearPatch.remove() looks for
+    return forward
+
+
+def _is_patched(module: torch.nn.Module) -> bool:
+    return getattr(module.__dict__.get("forward"), "cudal2_patch", False)
 
 
 @dataclass
@@ -645,7 +678,7 @@ class LinearPatch:
 
     def remove(self) -> None:
         for module in self._modules:
-            if getattr(module.__dict__.get("forward"), "__func__", None) is _patched_forward:
+            if _is_patched(module):
                 del module.forward
 
     def __enter__(self) -> LinearPatch:  # `with patch_linear(model): ...` removes the patch on the way out
@@ -655,11 +688,17 @@ class LinearPatch:
         self.remove()
 
 
-def patch_linear(model: torch.nn.Module) -> LinearPatch:
-    """Route the forward of every nn.Linear in `model` with float16 weights through cudal2.ops.linear (so each
-    (M, N, K) it meets takes the active library's kernel where `explain` says so, torch.matmul otherwise). The
+def patch_linear(model: torch.nn.Module, *, eager_min_saving_us: float = EAGER_MIN_SAVING_US) -> LinearPatch:
+    """Route the forward of every nn.Linear in `model` with float16 weights through cudal2.ops.linear, so that each
+    (M, N, K) it meets takes the active library's kernel where `explain` says so, torch.matmul otherwise. The
     modules stay where they are, with their parameters: state_dict, .to() and autograd are unchanged. Modules whose
-    weights are not float16, or whose forward something else replaced, are skipped (listed with why)."""
+    weights are not float16, or whose forward something else replaced, are skipped (listed with why).
+
+    Under CUDA-graph capture or torch.compile every kernel `explain` picks is used. An eager call takes the kernel
+    only where the manifest says it saves at least `eager_min_saving_us` of GPU time per call (0: wherever `explain`
+    picks it): a call through cudal2.ops costs more host time than nn.Linear's own (benchmarks/model_bench.py on the
+    H200: decoder layers 0.90x eager with every kernel used, against 1.01x in a CUDA graph), which a host-bound
+    eager forward pays in full and a small GEMM's saving does not cover."""
     patched, skipped, modules = [], [], []
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear):
@@ -667,11 +706,10 @@ def patch_linear(model: torch.nn.Module) -> LinearPatch:
         if module.weight.dtype != torch.float16:
             skipped.append((name, f"weight is {module.weight.dtype}, not torch.float16"))
             continue
-        own = module.__dict__.get("forward")
-        if own is not None and getattr(own, "__func__", None) is not _patched_forward:
+        if "forward" in module.__dict__ and not _is_patched(module):
             skipped.append((name, "its forward was replaced already (by something else)"))
             continue
-        module.forward = _patched_forward.__get__(module)
+        module.forward = _patched_forward(module, eager_min_saving_us)
         patched.append(name)
         modules.append(module)
     return LinearPatch(tuple(patched), tuple(skipped), tuple(modules))

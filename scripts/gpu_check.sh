@@ -153,6 +153,7 @@ if [[ $what == model ]]; then  # decoder layers of the LLM models with their lin
     timeout "${MODEL_BENCH_TIMEOUT:-420}" python3 benchmarks/model_bench.py --db /tmp/grid.sqlite \
       --min-speedup "${MODEL_BENCH_MIN_SPEEDUP:-1.02}" --layers "${MODEL_BENCH_LAYERS:-2}" \
       ${MODEL_BENCH_MODELS:+--models "$MODEL_BENCH_MODELS"} ${MODEL_BENCH_TOKENS:+--tokens "$MODEL_BENCH_TOKENS"} \
+      ${MODEL_BENCH_EAGER_MIN_SAVING_US:+--eager-min-saving-us "$MODEL_BENCH_EAGER_MIN_SAVING_US"} \
       $([[ $twins == 1 ]] && echo --host-cache-twins) --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.md" || rc=1
   done
 fi

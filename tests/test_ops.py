@@ -211,26 +211,37 @@ def run_tiny(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, tor
     return h, model["head"](h.float())
 
 
-def test_patch_linear_routes_float16_layers_through_cudal2_and_removes(monkeypatch) -> None:
-    model, x = tiny_model(), half(3, 5, 8)
-    stock = run_tiny(model, x)
-    calls = []
-    real_linear = ops.linear
+@pytest.fixture
+def linear_calls(monkeypatch) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (x, w) shapes of every cudal2.ops.linear call, which still computes."""
+    calls, real_linear = [], ops.linear
     monkeypatch.setattr(ops, "linear", lambda x, w, bias=None: calls.append((tuple(x.shape), tuple(w.shape)))
                         or real_linear(x, w, bias))
+    return calls
+
+
+def test_patch_linear_patches_float16_layers_and_removes(linear_calls) -> None:
+    model, x = tiny_model(), half(3, 5, 8)
+    stock = run_tiny(model, x)
     patch = ops.patch_linear(model)
     assert patch.patched == ("layer.q_proj", "layer.down")
     assert patch.skipped == (("head", "weight is torch.float32, not torch.float16"),)
+    assert all("forward" in model["layer"][name].__dict__ for name in ("q_proj", "down"))
     patched = run_tiny(model, x)
-    assert calls == [((3, 5, 8), (16, 8)), ((3, 5, 16), (8, 16))]  # the fp32 head kept nn.Linear's own forward
+    assert linear_calls == []  # on the CPU the patched layers call F.linear: cudal2 kernels run on CUDA devices only
     for a, b in zip(patched, stock, strict=True):
-        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+        assert torch.equal(a, b)
     assert "forward" not in model["head"].__dict__ and set(model.state_dict()) == set(tiny_model().state_dict())
     assert ops.patch_linear(model).patched == patch.patched  # patching twice patches each module once
     patch.remove()
-    calls.clear()
-    run_tiny(model, x)
-    assert calls == [] and all("forward" not in m.__dict__ for m in model.modules())
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_saving_per_call_by_the_manifest() -> None:
+    assert ops.saving_us(decide(128, 4096, 4096)) == pytest.approx(100.0)  # 100 us against torch's 200
+    assert ops.saving_us(decide(256, 256, 256)) == pytest.approx(1.0)  # too little for an eager call (10 us)
+    assert ops.saving_us(decide(64, 64, 64, min_speedup=0.0)) == pytest.approx(-2.0)  # a slower kernel forced on
+    assert ops.saving_us(decide(33, 77, 5)) == 0.0  # torch.matmul's route
 
 
 def test_patch_linear_leaves_a_forward_replaced_by_something_else() -> None:
@@ -457,20 +468,27 @@ def test_inside_cuda_graph_capture_and_replay(padding_library: Path, shape, rout
 
 
 @pytest.mark.gpu
-def test_patch_linear_runs_a_model_on_the_library(seed_library: Path) -> None:
+def test_patch_linear_takes_kernels_eagerly_only_where_they_save_enough(seed_library: Path, linear_calls) -> None:
+    """Eager calls take the kernel only at eager_min_saving_us or more saved per call; CUDA-graph capture always."""
     ops.load_library(seed_library, cache_dir=BUILDS, min_speedup=0.0, build=True)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024, bias=False))
-    model = model.half().cuda()
-    x = cuda_half(4, 256, 1024)  # M = 4 * 256 = 1024: the seed library's 1024^3 kernel
-    assert ops.explain(1024, 1024, 1024).route is ops.Route.EXACT
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)).half().cuda()
+    x = cuda_half(1024, 1024)
     with torch.no_grad():
         stock = model(x)
-        with ops.patch_linear(model) as patch, warnings.catch_warnings():
-            warnings.filterwarnings("error", message="cudal2.ops")  # a kernel refusing the call would warn
-            patched = model(x)
-    assert patch.patched == ("0", "2")
-    torch.testing.assert_close(patched, stock, rtol=1e-2, atol=5e-2)
+        with ops.patch_linear(model, eager_min_saving_us=-math.inf):  # every kernel explain() picks, eagerly too
+            torch.testing.assert_close(model(x), stock, rtol=1e-2, atol=5e-2)
+        assert len(linear_calls) == 2
+        linear_calls.clear()
+        with ops.patch_linear(model, eager_min_saving_us=math.inf):  # no kernel saves that much
+            torch.testing.assert_close(model(x), stock, rtol=0, atol=0)
+            assert linear_calls == []
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):  # captured: the kernels, whatever they save
+                out = model(x)
+        assert len(linear_calls) == 2
+        graph.replay()
+        torch.testing.assert_close(out, stock, rtol=1e-2, atol=5e-2)
 
 
 REFUSING_KERNEL = """#include <cuda_fp16.h>
