@@ -52,8 +52,8 @@ import os
 import re
 import shutil
 import threading
+import types
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -648,23 +648,20 @@ def _takes_kernel_eagerly(x: torch.Tensor, w: torch.Tensor, min_saving_us: float
     return kernel is not None and saving_us(decision) >= min_saving_us
 
 
-def _patched_forward(module: torch.nn.Linear, eager_min_saving_us: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        w, bias = module.weight, module.bias
-        # Only float16 on a CUDA device goes through cudal2 (linear refuses other dtypes, and computes by torch.matmul
-        # off CUDA); F.linear answers the rest as nn.Linear would.
-        if x.dtype == torch.float16 and w.dtype == torch.float16 and x.device.type == "cuda" and (
-                torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
-                or _takes_kernel_eagerly(x, w, eager_min_saving_us)):
-            return linear(x, w, bias)
-        return torch.nn.functional.linear(x, w, bias)
-
-    forward.cudal2_patch = True  # what LinearPatch.remove() looks for
-    return forward
+def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    # Bound to the module (a method, not a closure), so that copy.deepcopy of a patched model binds the copy's own.
+    w, bias = self.weight, self.bias
+    # Only float16 on a CUDA device goes through cudal2 (linear refuses other dtypes, and computes by torch.matmul
+    # off CUDA); F.linear answers the rest as nn.Linear would.
+    if x.dtype == torch.float16 and w.dtype == torch.float16 and x.device.type == "cuda" and (
+            torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
+            or _takes_kernel_eagerly(x, w, self.cudal2_eager_min_saving_us)):
+        return linear(x, w, bias)
+    return torch.nn.functional.linear(x, w, bias)
 
 
 def _is_patched(module: torch.nn.Module) -> bool:
-    return getattr(module.__dict__.get("forward"), "cudal2_patch", False)
+    return getattr(module.__dict__.get("forward"), "__func__", None) is _patched_forward
 
 
 @dataclass
@@ -679,7 +676,7 @@ class LinearPatch:
     def remove(self) -> None:
         for module in self._modules:
             if _is_patched(module):
-                del module.forward
+                del module.forward, module.cudal2_eager_min_saving_us
 
     def __enter__(self) -> LinearPatch:  # `with patch_linear(model): ...` removes the patch on the way out
         return self
@@ -709,7 +706,8 @@ def patch_linear(model: torch.nn.Module, *, eager_min_saving_us: float = EAGER_M
         if "forward" in module.__dict__ and not _is_patched(module):
             skipped.append((name, "its forward was replaced already (by something else)"))
             continue
-        module.forward = _patched_forward(module, eager_min_saving_us)
+        module.cudal2_eager_min_saving_us = eager_min_saving_us
+        module.forward = types.MethodType(_patched_forward, module)
         patched.append(name)
         modules.append(module)
     return LinearPatch(tuple(patched), tuple(skipped), tuple(modules))

@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import warnings
+from copy import deepcopy
 from pathlib import Path
 
 import pytest
@@ -233,8 +234,12 @@ def test_patch_linear_patches_float16_layers_and_removes(linear_calls) -> None:
         assert torch.equal(a, b)
     assert "forward" not in model["head"].__dict__ and set(model.state_dict()) == set(tiny_model().state_dict())
     assert ops.patch_linear(model).patched == patch.patched  # patching twice patches each module once
+    copy = deepcopy(model)  # a copy's patched layers compute with the copy's own weights
+    torch.nn.init.zeros_(copy["layer"]["down"].weight)
+    assert torch.equal(run_tiny(copy, x)[0], torch.zeros(3, 5, 8, dtype=torch.float16))
+    assert torch.equal(run_tiny(model, x)[0], stock[0])
     patch.remove()
-    assert all("forward" not in m.__dict__ for m in model.modules())
+    assert all("forward" not in m.__dict__ and not hasattr(m, "cudal2_eager_min_saving_us") for m in model.modules())
 
 
 def test_saving_per_call_by_the_manifest() -> None:
