@@ -643,8 +643,7 @@ def _takes_kernel_eagerly(x: torch.Tensor, w: torch.Tensor, min_saving_us: float
     least `min_saving_us` per call."""
     if x.shape[-1] == 0 or x.numel() == 0:
         return False
-    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    decision, kernel = _plan(index, x.numel() // x.shape[-1], w.shape[0], w.shape[1])
+    decision, kernel = _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1])
     return kernel is not None and saving_us(decision) >= min_saving_us
 
 
@@ -653,7 +652,8 @@ def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w, bias = self.weight, self.bias
     # Only float16 on a CUDA device goes through cudal2 (linear refuses other dtypes, and computes by torch.matmul
     # off CUDA); F.linear answers the rest as nn.Linear would.
-    if x.dtype == torch.float16 and w.dtype == torch.float16 and x.device.type == "cuda" and (
+    # (x.is_cuda and get_device(): no torch.device object per call; eager host time is what this path is short of)
+    if x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and (
             torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
             or _takes_kernel_eagerly(x, w, self.cudal2_eager_min_saving_us)):
         return linear(x, w, bias)
