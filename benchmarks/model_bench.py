@@ -51,9 +51,10 @@ from ops_bench import TARGET_MS, export_from, geomean
 
 from cudal2 import ops
 from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig
-from cudal2.export import Manifest
+from cudal2.export import ExportError, Manifest, ManifestError
 from cudal2.sandbox.evaluator import default_cache_dir
 from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.store import StoreError
 
 INIT_STD = 0.02  # the published configs' initializer_range
 ROUNDS = 5  # alternating timings of torch and cudal2 per (model, M) and way
@@ -119,8 +120,8 @@ def routes(model: ModelConfig, tokens: int) -> tuple[dict[ops.Route, int], float
     for _, n, k in model.linears():
         d = ops.explain(tokens, n, k)
         counts[d.route] += 1
-        if d.route is ops.Route.EXACT:  # est_speedup = torch.matmul's median / the kernel's
-            saving += d.kernel.median_us * (d.est_speedup - 1)
+        if d.route is ops.Route.EXACT:
+            saving += ops.saving_us(d)
     return counts, saving
 
 
@@ -263,15 +264,21 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="write every row as JSON here")
     args = ap.parse_args()
     models, tokens = distinct_models(args.models.split(",") if args.models else None), parse_ints(args.tokens)
+    if args.layers < 1:
+        raise SystemExit(f"model_bench: --layers must be >= 1, got {args.layers}")
     if not torch.cuda.is_available():
         print("model_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.monotonic()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="cudal2-model-bench-") as tmp:
-        library = (Path(args.library) if args.library else
-                   export_from(Path(args.db), args.min_speedup, Path(tmp), args.host_cache_twins))
-        manifest = Manifest.load(library)
+        try:
+            library = (Path(args.library) if args.library else
+                       export_from(Path(args.db), args.min_speedup, Path(tmp), args.host_cache_twins))
+            manifest = Manifest.load(library)
+            ops.load_library(library)  # kernels are built below, and on their shape's first call
+        except (ExportError, ManifestError, ops.LibraryError, StoreError) as e:
+            raise SystemExit(f"model_bench: {e}") from None
         twins = sum(e.timed_as is not None for e in manifest.kernels)
         print(f"library: {len(manifest.kernels)} kernel(s) ({twins} host_cache twins) on {manifest.gpu}; "
               f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
@@ -279,7 +286,6 @@ def main() -> int:
         for failure in prebuild(library, shapes, os.cpu_count() or 1):
             print(f"  build failed (torch.matmul takes the shape): {failure}", flush=True)
         print(f"  kernels built: {time.monotonic() - start:.0f} s", flush=True)
-        ops.load_library(library)
         for model in models:
             net = build(model, args.layers, max(tokens))
             for m in tokens:
