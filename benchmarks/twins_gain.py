@@ -63,7 +63,7 @@ def pairs(store: ResultStore, tasks: list[Task], gpu: str, mode: Mode) -> tuple[
             if kernel is None:
                 missing += 1
                 continue
-            twin = measured_twin(store, log, task, gpu, mode)
+            twin = measured_twin(store, log, chosen[0][0], task, gpu, mode)
             out.append(Pair(task, kernel, _ok(twin[1]) if twin else None))
     return out, missing
 

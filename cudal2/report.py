@@ -110,8 +110,9 @@ def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
     entries = []
     with TuneLog(store) as log:
         for row in rows:
-            best = _best(store, row.task, gpu, mode, rank)
-            twin = measured_twin(store, log, row.task, gpu, mode, rank) if host_cache_twins else None
+            chosen = store.chosen(row.task, gpu, rank)  # once per shape: the kernel, and the one whose twin counts
+            best = _best(store, row.task, gpu, mode, chosen)
+            twin = measured_twin(store, log, chosen[0][0], row.task, gpu, mode) if host_cache_twins and chosen else None
             if twin is not None:
                 best = twin
             if best is None:
@@ -124,24 +125,24 @@ def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
     return entries
 
 
-def measured_twin(store: ResultStore, log: TuneLog, task: Task, gpu: str, mode: Mode,
-                  rank: Rank = Rank.TIME) -> tuple[str, ShapeResult] | None:
-    """The ok figure in `mode` of the host_cache twin of the kernel the offline search chose for `task`, if any."""
-    chosen = store.chosen(task, gpu, rank)
-    twin = host_cache_twin(log.config_of(chosen[0][0])) if chosen else None
+def measured_twin(store: ResultStore, log: TuneLog, kernel_hash: str, task: Task, gpu: str,
+                  mode: Mode) -> tuple[str, ShapeResult] | None:
+    """The ok figure in `mode` on `task` of the host_cache twin of kernel `kernel_hash` (the one the offline search
+    chose: `ResultStore.chosen`), if any."""
+    twin = host_cache_twin(log.config_of(kernel_hash))
     result = store.get_result(twin.source_hash, task, gpu, mode) if twin else None
     return (twin.source_hash, result) if result is not None and result.status is Status.OK else None
 
 
-def _best(store: ResultStore, task: Task, gpu: str, mode: Mode, rank: Rank) -> tuple[str, ShapeResult] | None:
-    """Offline: the chosen kernel's result (`ResultStore.chosen`, by `rank`). Every other mode (confirm, server, wallclock): that mode's figure of the
+def _best(store: ResultStore, task: Task, gpu: str, mode: Mode,
+          chosen: list[tuple[str, ShapeResult]]) -> tuple[str, ShapeResult] | None:
+    """Offline: the chosen kernel's result (`chosen`: `ResultStore.chosen`). Every other mode (confirm, server, wallclock): that mode's figure of the
     kernel the offline search chose, the one a user deploys. The fastest of several figures in that mode (earlier
     winners were timed there too) would be a best-of-N again, and server timings are noisy enough for it to show: on
     the H200 grid's small bucket 2.26x best-of-N against 2.01x for the chosen kernels (RESULTS, twenty-third
     session). A chosen kernel not yet timed in the mode leaves the shape missing (`cudal2 remeasure` times it); a
     shape with no verified offline result at all (a kernel evaluated only in server mode, say) takes the fastest
     verified figure of the mode. None if there is none."""
-    chosen = store.chosen(task, gpu, rank)
     if mode is Mode.OFFLINE or not chosen:
         fastest = chosen or store.best(task, gpu, mode=mode, baseline=None, limit=1)
         return fastest[0] if fastest else None
