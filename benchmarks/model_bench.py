@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from ops_bench import TARGET_MS, export_from, geomean
+from ops_bench import TARGET_MS, capture, export_from, geomean
 
 from cudal2 import ops
 from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig
@@ -175,18 +175,6 @@ def paired_us(first: Timer, second: Timer) -> tuple[list[float], list[float]]:
     return times
 
 
-def capture(forward: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside the capture, as torch requires
-        forward()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        forward()
-    return graph
-
-
 def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int, eager_min_saving_us: float) -> Row:
     x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.float16)
     counts, saving = routes(model, tokens)
@@ -200,9 +188,9 @@ def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int, 
             op_out = forward()
         torch_eager, op_eager = paired_us(timer(forward), on_cudal2(net, timer(forward), eager_min_saving_us))
         try:  # a graph replays what was captured: the op's keeps cudal2's kernels after the patch is gone
-            stock_graph = capture(forward)
+            stock_graph, _ = capture(forward, calls=1, warmups=1)
             with ops.patch_linear(net):
-                op_graph = capture(forward)
+                op_graph, _ = capture(forward, calls=1, warmups=1)
             torch_graph, op_graph_us = paired_us(timer(stock_graph.replay), timer(op_graph.replay))
             error = ""
         except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured

@@ -117,16 +117,23 @@ def eager_us(fn: Callable[[], torch.Tensor]) -> float:
     return _events_us(loop, reps)
 
 
-def graph_us(fn: Callable[[], torch.Tensor]) -> float:
+def capture(fn: Callable[[], torch.Tensor], calls: int, warmups: int = 3) -> tuple[torch.cuda.CUDAGraph, list]:
+    """A CUDA graph of `calls` calls of fn() (and their outputs, kept alive), after `warmups` calls on a side stream
+    outside the capture, as torch requires."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside the capture
-        for _ in range(3):
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = [fn() for _ in range(CALLS_PER_GRAPH)]
+        outs = [fn() for _ in range(calls)]
+    return graph, outs
+
+
+def graph_us(fn: Callable[[], torch.Tensor]) -> float:
+    graph, outs = capture(fn, CALLS_PER_GRAPH)
     single = _events_us(graph.replay, CALLS_PER_GRAPH)
     reps = max(3, min(500, int(TARGET_MS * 1000 / max(single * CALLS_PER_GRAPH, 1.0))))
 
