@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|paired|model|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -12,6 +12,8 @@
 #            model (MODEL_BENCH_MODELS, default all) at MODEL_BENCH_TOKENS (1..8192) with their linears on a library
 #            exported from GRID_STORE at MODEL_BENCH_MIN_SPEEDUP (1.02), against torch (eager and CUDA graph); once per
 #            value of MODEL_BENCH_TWINS ("0"; "0 1": also exported with the sm90 kernels' verified host_cache twins)
+#     linear: benchmarks/linear_bench.py: the separate bias add's cost against F.linear's fused bias (LINEAR_BENCH_TOKENS,
+#             default 1..8192) and the patched nn.Linear forward's host time per call
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
 #     tune: the tuner on a stratified grid sample (TUNE_MINUTES, default 3), then cudal2 report over the store
 #     grid: the leaderboard over the 1000-shape grid, spread over calls and sessions: the store travels gzipped in
@@ -156,6 +158,11 @@ if [[ $what == model ]]; then  # decoder layers of the LLM models with their lin
       ${MODEL_BENCH_EAGER_MIN_SAVING_US:+--eager-min-saving-us "$MODEL_BENCH_EAGER_MIN_SAVING_US"} \
       $([[ $twins == 1 ]] && echo --host-cache-twins) --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.md" || rc=1
   done
+fi
+if [[ $what == linear ]]; then  # the bias add and the patched forward's host time (benchmarks/linear_bench.py)
+  timeout "${LINEAR_BENCH_TIMEOUT:-240}" python3 benchmarks/linear_bench.py \
+    ${LINEAR_BENCH_TOKENS:+--tokens "$LINEAR_BENCH_TOKENS"} --out "$OUT/linear_bench.json" 2>&1 \
+    | tee "$OUT/linear_bench.md" || rc=1
 fi
 if [[ $what == sm90 ]]; then
   python3 benchmarks/sm90_gpu.py --json "$OUT/sm90.json" 2>&1 | tee "$OUT/sm90.log" || rc=1
