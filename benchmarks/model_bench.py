@@ -3,7 +3,7 @@ same layers on torch, at each token count.
 
     python3 benchmarks/model_bench.py (--library DIR | --db PATH [--min-speedup 1.02] [--host-cache-twins])
                                       [--layers 2] [--models Llama-3-8B,Qwen2.5-7B] [--tokens 1,16,128]
-                                      [--out model_bench.json]
+                                      [--compile] [--out model_bench.json]
 
 The leaderboard times each GEMM alone, on cold inputs (offline mode rotates input sets past L2); this times what a
 user of `cudal2.ops.patch_linear` gets in a model: the GEMMs between the model's own norms, attention and
@@ -17,25 +17,28 @@ random float16 weights (std 0.02), no embedding lookup or LM head: inputs_embeds
 hidden state out, no KV cache, SDPA attention. M = 1 and 16 are therefore a forward over M tokens, not a decode
 step over a cache: the linear layers' shapes are a decode step's, the attention is cheaper.
 
-Each (model, M) is timed with torch's nn.Linear and with every linear patched (`cudal2.ops.patch_linear`, the
-library's default min_speedup 1.0; `--eager-min-saving-us`, default cudal2.ops.EAGER_MIN_SAVING_US: an eager call
-takes a kernel only where it saves that much per call), two ways:
+Each (model, M) is timed with torch's nn.Linear and on a copy of the model with every linear patched
+(`cudal2.ops.patch_linear`, the library's default min_speedup 1.0; `--eager-min-saving-us`, default
+cudal2.ops.EAGER_MIN_SAVING_US: an eager call takes a kernel only where it saves that much per call), two ways, or
+three with --compile:
     eager: back-to-back forwards from Python, CUDA-event timed (Python, dispatch and launches included)
     graph: one forward captured in a CUDA graph per side, replayed (launch overhead gone: the GPU's time)
+    compiled graph: each model through torch.compile (default mode; the first call of each M compiles, outside the
+           timing), its forward captured in a CUDA graph as above: what torch.compile's reduce-overhead mode runs
 each as ROUNDS alternating timings (torch, cudal2, torch, ...): the speedup is the median over rounds of
 torch_r / cudal2_r, so a drift of the GPU or the host between rounds cancels, and torch's spread over the rounds
-is the noise floor. The two outputs are compared (relative Frobenius difference). "routes" counts the 7
-projections by the path `explain` gives them (exact kernel / padded / torch.matmul); "GEMM us saved, predicted"
-is, over the layers, sum(torch.matmul median - kernel median) of the exact routes from the library's manifest
-(offline figures), against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an
+is the noise floor. The two captured outputs are compared (relative Frobenius difference). "routes" counts the 7
+projections by the path `explain` gives them, a bias included (exact kernel / padded / torch); "GEMM us saved,
+predicted" is, over the layers, the exact routes' `ops.saving_us` from the library's manifest (torch.matmul's
+offline median less the kernel's, less a bias's separate add), against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an
 H200; the kernels of the shapes the models meet are compiled first, in parallel, where the build cache lacks them.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
-import math
 import os
 import statistics
 import sys
@@ -61,6 +64,29 @@ ROUNDS = 5  # alternating timings of torch and cudal2 per (model, M) and way
 
 
 @dataclass(frozen=True)
+class Paired:
+    """One way of running a forward, torch's nn.Linear against the patched layers: medians over ROUNDS (us per
+    forward) and the paired speedup, the median over rounds r of torch_r / op_r; all None where it could not run
+    (error says why)."""
+
+    torch_us: float | None
+    op_us: float | None
+    speedup: float | None
+    spread: float | None  # (max - min) / median of torch's times over the rounds: the noise floor
+    error: str = ""
+
+    @classmethod
+    def of(cls, torch_us: list[float], op_us: list[float]) -> Paired:
+        med = statistics.median
+        return cls(med(torch_us), med(op_us), med(t / o for t, o in zip(torch_us, op_us, strict=True)),
+                   (max(torch_us) - min(torch_us)) / med(torch_us))
+
+    @classmethod
+    def failed(cls, e: Exception) -> Paired:
+        return cls(None, None, None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+
+
+@dataclass(frozen=True)
 class Row:
     model: str
     tokens: int  # M
@@ -68,16 +94,12 @@ class Row:
     exact: int  # of the 7 projections, how many take an exported kernel for their own shape
     padded: int
     torch: int
-    predicted_saving_us: float  # per forward, from the manifest's medians (exact routes only)
-    torch_eager_us: float  # medians over ROUNDS
-    op_eager_us: float
-    eager_speedup: float  # paired: the median over rounds r of torch_r / op_r
-    torch_graph_us: float | None  # None: the forward could not be captured (graph_error says why)
-    op_graph_us: float | None
-    graph_speedup: float | None
-    graph_spread: float | None  # (max - min) / median of torch's graph times over the rounds: the noise floor
+    predicted_saving_us: float  # per forward, from the manifest (exact routes; a bias's separate add deducted)
+    eager: Paired
+    graph: Paired  # one forward captured in a CUDA graph per side
     rel_diff: float  # ||patched - torch|| / ||torch|| of the last hidden state
-    graph_error: str = ""
+    compiled: Paired | None = None  # torch.compile'd forwards, each captured in a CUDA graph (--compile)
+    compiled_rel_diff: float | None = None
 
 
 def distinct_models(names: list[str] | None) -> list[ModelConfig]:
@@ -112,16 +134,17 @@ def build(model: ModelConfig, layers: int, max_tokens: int, device: str = "cuda"
         return cls(config).to(torch.float16).eval()
 
 
-def routes(model: ModelConfig, tokens: int) -> tuple[dict[ops.Route, int], float]:
-    """How many of the 7 projections take each route at M = tokens, and the GEMM time the exact ones save per
-    decoder layer by the manifest (us)."""
+def routes(layer: torch.nn.Module, tokens: int) -> tuple[dict[ops.Route, int], float]:
+    """How many of a decoder layer's linear projections take each route at M = tokens (with their bias, if any),
+    and the GPU time the exact ones save per call of the layer by the manifest (us)."""
     counts = dict.fromkeys(ops.Route, 0)
     saving = 0.0
-    for _, n, k in model.linears():
-        d = ops.explain(tokens, n, k)
-        counts[d.route] += 1
-        if d.route is ops.Route.EXACT:
-            saving += ops.saving_us(d)
+    for proj in layer.modules():
+        if isinstance(proj, torch.nn.Linear):
+            d = ops.explain(tokens, proj.out_features, proj.in_features, bias=proj.bias is not None)
+            counts[d.route] += 1
+            if d.route is ops.Route.EXACT:
+                saving += ops.saving_us(d)
     return counts, saving
 
 
@@ -155,14 +178,6 @@ def timer(run: Callable[[], object]) -> Timer:
     return timed
 
 
-def on_cudal2(net: torch.nn.Module, timed: Timer, eager_min_saving_us: float) -> Timer:
-    """`timed` with every linear of `net` on cudal2.ops for its duration (patched once per timing, not per call)."""
-    def patched(reps: int) -> float:
-        with ops.patch_linear(net, eager_min_saving_us=eager_min_saving_us):
-            return timed(reps)
-    return patched
-
-
 def paired_us(first: Timer, second: Timer) -> tuple[list[float], list[float]]:
     """ROUNDS timings of each, alternating (first, second, first, ...), so that a drift of the GPU's clocks or of
     the host between rounds shows in both; each timing is ~TARGET_MS of back-to-back calls after a warm-up."""
@@ -175,55 +190,73 @@ def paired_us(first: Timer, second: Timer) -> tuple[list[float], list[float]]:
     return times
 
 
-def measure(model: ModelConfig, net: torch.nn.Module, tokens: int, layers: int, eager_min_saving_us: float) -> Row:
-    x = torch.randn(1, tokens, model.hidden, device="cuda", dtype=torch.float16)
-    counts, saving = routes(model, tokens)
+Forward = Callable[[], torch.Tensor]
 
-    def forward() -> torch.Tensor:
-        return net(inputs_embeds=x).last_hidden_state
+
+def graphed(stock: Forward, patched: Forward) -> tuple[Paired, float | None]:
+    """Each forward captured in a CUDA graph (after one warm-up call, which is where torch.compile compiles), the two
+    replayed in alternating rounds; and the captured outputs' relative difference."""
+    try:
+        stock_graph, stock_out = capture(stock, calls=1, warmups=1)
+        op_graph, op_out = capture(patched, calls=1, warmups=1)
+        times = paired_us(timer(stock_graph.replay), timer(op_graph.replay))
+    except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured; compile errors
+        torch.cuda.synchronize()
+        return Paired.failed(e), None
+    return Paired.of(*times), rel_diff(op_out[0], stock_out[0])
+
+
+def measure(name: str, nets: tuple[torch.nn.Module, torch.nn.Module], tokens: int, layers: int,
+            compiled: tuple[torch.nn.Module, torch.nn.Module] | None) -> Row:
+    """nets: model `name`'s stock base model and its patched copy (compiled: both through torch.compile), at M =
+    tokens."""
+    stock, patched = nets
+    x = torch.randn(1, tokens, stock.config.hidden_size, device="cuda", dtype=torch.float16)
+    counts, saving = routes(stock.layers[0], tokens)
+
+    def forward(net: torch.nn.Module) -> Forward:
+        return lambda: net(inputs_embeds=x).last_hidden_state
 
     with torch.inference_mode():
-        stock_out = forward()
-        with ops.patch_linear(net, eager_min_saving_us=-math.inf):  # every kernel the graph takes, compared
-            op_out = forward()
-        torch_eager, op_eager = paired_us(timer(forward), on_cudal2(net, timer(forward), eager_min_saving_us))
-        try:  # a graph replays what was captured: the op's keeps cudal2's kernels after the patch is gone
-            stock_graph, _ = capture(forward, calls=1, warmups=1)
-            with ops.patch_linear(net):
-                op_graph, _ = capture(forward, calls=1, warmups=1)
-            torch_graph, op_graph_us = paired_us(timer(stock_graph.replay), timer(op_graph.replay))
-            error = ""
-        except RuntimeError as e:  # a forward that syncs or allocates on the host cannot be captured
-            torch_graph, op_graph_us, error = [], [], f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-            torch.cuda.synchronize()
-    med = statistics.median
-    graphed = bool(torch_graph)
-    return Row(model.name, tokens, layers, counts[ops.Route.EXACT], counts[ops.Route.PADDED],
-               counts[ops.Route.TORCH], saving * layers, med(torch_eager), med(op_eager),
-               med(t / o for t, o in zip(torch_eager, op_eager, strict=True)),
-               med(torch_graph) if graphed else None, med(op_graph_us) if graphed else None,
-               med(t / o for t, o in zip(torch_graph, op_graph_us, strict=True)) if graphed else None,
-               (max(torch_graph) - min(torch_graph)) / med(torch_graph) if graphed else None,
-               rel_diff(op_out, stock_out), error)
+        eager = Paired.of(*paired_us(timer(forward(stock)), timer(forward(patched))))
+        graph, diff = graphed(forward(stock), forward(patched))
+        comp, comp_diff = graphed(forward(compiled[0]), forward(compiled[1])) if compiled else (None, None)
+    return Row(name, tokens, layers, counts[ops.Route.EXACT], counts[ops.Route.PADDED],
+               counts[ops.Route.TORCH], saving * layers, eager, graph, diff, comp, comp_diff)
 
 
-def fmt(v: float | None, digits: int = 1) -> str:
-    return "n/a" if v is None else f"{v:,.{digits}f}"
+def fmt(v: float | None, digits: int | None = 1) -> str:
+    """v with thousands separators and `digits` decimals (None: scientific, 1 decimal), or n/a."""
+    return "n/a" if v is None else f"{v:.1e}" if digits is None else f"{v:,.{digits}f}"
+
+
+def speedup(p: Paired | None) -> str:
+    return "n/a" if p is None or p.speedup is None else f"{p.speedup:.3f}x"
+
+
+def times(p: Paired | None) -> str:
+    return "n/a" if p is None else f"{fmt(p.torch_us)} / {fmt(p.op_us)}"
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| model | M | routes exact/padded/torch | eager us: torch / cudal2 | eager | graph us: torch / cudal2 "
-             "| graph | torch's graph spread | GEMM us saved per forward: predicted / graph | rel. diff |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    compiled = any(r.compiled is not None for r in rows)
+    head = ("| model | M | routes exact/padded/torch | eager us: torch / cudal2 | eager | graph us: torch / cudal2 "
+            "| graph | torch's graph spread | GEMM us saved per forward: predicted / graph | rel. diff |")
+    head += " compiled graph us: torch / cudal2 | compiled graph | rel. diff |" if compiled else ""
+    lines = [head, "|---" * head.count(" |") + "|"]
     for r in rows:
-        measured = None if r.op_graph_us is None else r.torch_graph_us - r.op_graph_us
-        spread = "n/a" if r.graph_spread is None else f"{100 * r.graph_spread:.1f}%"
-        lines.append(f"| {r.model} | {r.tokens} | {r.exact}/{r.padded}/{r.torch} | {fmt(r.torch_eager_us)} / "
-                     f"{fmt(r.op_eager_us)} | {r.eager_speedup:.3f}x | {fmt(r.torch_graph_us)} / {fmt(r.op_graph_us)} "
-                     f"| {fmt(r.graph_speedup, 3)}{'x' if r.graph_speedup else ''} | {spread} | "
-                     f"{fmt(r.predicted_saving_us)} / {fmt(measured)} | {r.rel_diff:.1e} |")
-    errors = sorted({f"{r.model} M={r.tokens}: {r.graph_error}" for r in rows if r.graph_error})
-    return "\n".join(lines + [f"- graph capture failed: {e}" for e in errors])
+        g = r.graph
+        measured = None if g.op_us is None else g.torch_us - g.op_us
+        spread = "n/a" if g.spread is None else f"{100 * g.spread:.1f}%"
+        line = (f"| {r.model} | {r.tokens} | {r.exact}/{r.padded}/{r.torch} | {times(r.eager)} | {speedup(r.eager)} | "
+                f"{times(g)} | {speedup(g)} | {spread} | {fmt(r.predicted_saving_us)} / {fmt(measured)} | "
+                f"{fmt(r.rel_diff, None)} |")
+        if compiled:
+            line += f" {times(r.compiled)} | {speedup(r.compiled)} | {fmt(r.compiled_rel_diff, None)} |"
+        lines.append(line)
+    errors = sorted({f"{way} {r.model} M={r.tokens}: {p.error}" for r in rows
+                     for way, p in (("graph", r.graph), ("compiled graph", r.compiled)) if p and p.error})
+    return "\n".join(lines + [f"- failed: {e}" for e in errors])
 
 
 def parse_ints(text: str) -> tuple[int, ...]:
@@ -249,6 +282,8 @@ def main() -> int:
                     help="patch_linear's threshold for eager calls (0: every kernel explain() picks)")
     ap.add_argument("--models", default=None, help="comma-separated names from cudal2.data.LLM_MODELS (all)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKEN_COUNTS)), help="token counts M")
+    ap.add_argument("--compile", action="store_true",
+                    help="also both models through torch.compile (default mode), each forward captured in a CUDA graph")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
     args = ap.parse_args()
     models, tokens = distinct_models(args.models.split(",") if args.models else None), parse_ints(args.tokens)
@@ -276,15 +311,21 @@ def main() -> int:
         print(f"  kernels built: {time.monotonic() - start:.0f} s", flush=True)
         for model in models:
             net = build(model, args.layers, max(tokens))
+            patched = copy.deepcopy(net)  # the patch is a bound method per module: the copy computes with its own
+            ops.patch_linear(patched, eager_min_saving_us=args.eager_min_saving_us)
+            compiled = (torch.compile(net), torch.compile(patched)) if args.compile else None
             for m in tokens:
-                rows.append(measure(model, net, m, args.layers, args.eager_min_saving_us))
+                rows.append(measure(model.name, (net, patched), m, args.layers, compiled))
                 print(f"  {model.name} M={m}: {time.monotonic() - start:.0f} s", flush=True)
-            del net
+            del net, patched, compiled
             torch.cuda.empty_cache()
     print(f"\n{table(rows)}\n")
-    graphed = [r.graph_speedup for r in rows if r.graph_speedup]
-    print(f"geomean over {len(rows)} (model, M): eager {geomean([r.eager_speedup for r in rows]):.3f}x"
-          + (f", graph {geomean(graphed):.3f}x over {len(graphed)}" if graphed else "")
+    print(f"geomean over {len(rows)} (model, M): "
+          + ", ".join(f"{way} {geomean(done):.3f}x over {len(done)}" for way, done in
+                      (("eager", [r.eager.speedup for r in rows]),
+                       ("graph", [r.graph.speedup for r in rows if r.graph.speedup]),
+                       ("compiled graph", [r.compiled.speedup for r in rows if r.compiled and r.compiled.speedup]))
+                      if done)
           + f"; total {time.monotonic() - start:.0f} s")
     if args.out:
         Path(args.out).write_text(json.dumps([asdict(r) for r in rows], indent=1))

@@ -6,7 +6,7 @@
     y = cudal2.ops.linear(x, w, bias)        # x [..., K], w [N, K] -> y [..., N], like F.linear
     patch = cudal2.ops.patch_linear(model)   # every float16 nn.Linear of a model through cudal2.ops.linear
     patch.remove()                           # and back to torch (or: with cudal2.ops.patch_linear(model): ...)
-    print(cudal2.ops.explain(M, N, K))       # which path a shape takes, and why
+    print(cudal2.ops.explain(M, N, K))       # which path a shape takes, and why (bias=True: linear's with a bias)
 
 `torch.ops.cudal2.hgemm` is a torch custom op (torch.library) with a fake implementation, so it traces under
 torch.compile (dynamic shapes too) and is captured by CUDA graphs; autograd is defined through torch.matmul.
@@ -16,6 +16,8 @@ Dispatch, per (M, N, K), decided once and cached (`decide` is the rule, `explain
 
 1. exact: the library has a kernel for exactly (M, N, K) whose measured speedup over torch.matmul's path
    (cuBLAS, measured beside it by the evaluator) is at least `min_speedup` (default 1.0) -> that kernel.
+   For linear with a bias, the kernel must also save more than the separate bias add costs (`bias_add_us`: F.linear
+   fuses the bias into cuBLAS's epilogue; the kernels take none), else F.linear; padded routes likewise.
 2. padded: else the nearest larger exported shape S (S >= request in M, N and K; fewest FLOPs) when the
    measurements justify it. We have no measurement at the requested shape, so torch's time there is bounded
    from below by t_torch(S) * flops(request) / flops(S): cuBLAS is assumed to be no more efficient (FLOP/s) on
@@ -77,6 +79,12 @@ ALIGN_BYTES = 256  # the evaluator's buffers are cudaMalloc'd: 256-byte aligned
 # patch_linear, eager calls: a kernel must save this much GPU time per call (us) to pay for the op's extra host time
 # over nn.Linear's (5-14 us per call on the H200's host: benchmarks/ops_bench.py, benchmarks/model_bench.py).
 EAGER_MIN_SAVING_US = 10.0
+# linear with a bias: the kernels take none, so the bias is added by a separate elementwise kernel, where F.linear hands
+# it to cuBLAS's epilogue. What that costs over F.linear per call, modelled as launch + bytes / bandwidth with bytes =
+# 4 M N (the [M, N] half output read and written): benchmarks/linear_bench.py on the H200 measured 1.0-2.3 us up to
+# 512 x 896 and 2.9-91 us at M = 2048-8192 (Qwen2.5's q/k/v); these two constants are within -35%..+55% of all 24 points.
+BIAS_ADD_LAUNCH_US = 1.6
+BIAS_ADD_BYTES_PER_US = 1.5e6  # 1.5 TB/s: the broadcast add's measured rate, well under HBM's peak
 
 
 class LibraryError(ValueError):
@@ -99,7 +107,10 @@ class Decision:
     route: Route
     reason: str
     kernel: KernelEntry | None = None
-    est_speedup: float | None = None  # vs torch.matmul at the requested shape, from the manifest's times
+    est_speedup: float | None = None  # of the GEMM vs torch.matmul at the requested shape, from the manifest's times
+    # GPU time per call saved against torch (us): torch.matmul's time less ours, padding and (for a biased linear) the
+    # separate bias add included; negative for a slower kernel forced on (min_speedup < 1); 0 on torch's route
+    saving_us: float = 0.0
 
     def __str__(self) -> str:
         return f"{self.m}_{self.n}_{self.k} -> {_ROUTE_TEXT[self.route]}: {self.reason}"
@@ -134,6 +145,11 @@ def padding_us(m: int, n: int, k: int, to: KernelEntry) -> float:
     return copies * PAD_LAUNCH_US + moved / PAD_BYTES_PER_US
 
 
+def bias_add_us(m: int, n: int) -> float:
+    """Estimated GPU time per call a separate bias add over C [m, n] costs beyond F.linear's fused bias (us)."""
+    return BIAS_ADD_LAUNCH_US + 4.0 * m * n / BIAS_ADD_BYTES_PER_US
+
+
 def _exact(e: KernelEntry, min_speedup: float) -> Decision:
     speedup = _torch_us(e) / e.median_us
     measured = f"{e.median_us:.1f} us vs torch.matmul (cuBLAS) {_torch_us(e):.1f} us = {speedup:.2f}x"
@@ -141,7 +157,7 @@ def _exact(e: KernelEntry, min_speedup: float) -> Decision:
         return _torch(e.m, e.n, e.k, f"exported kernel {e.file} measured {measured}, below min_speedup "
                                      f"{min_speedup:g}")
     return Decision(e.m, e.n, e.k, Route.EXACT, f"kernel {e.file}: {measured} on {e.gpu} ({e.measured})", e,
-                    speedup)
+                    speedup, _torch_us(e) - e.median_us)
 
 
 def _padded(m: int, n: int, k: int, e: KernelEntry) -> Decision:
@@ -157,16 +173,36 @@ def _padded(m: int, n: int, k: int, e: KernelEntry) -> Decision:
     if PAD_MARGIN * ours > torch_floor:
         return _torch(m, n, k, f"padding to {e.task.mnk} not justified: {estimate}")
     return Decision(m, n, k, Route.PADDED, f"padded to {e.task.mnk}, kernel {e.file}: {estimate}", e,
-                    torch_floor / ours)
+                    torch_floor / ours, torch_floor - ours)
+
+
+def _with_bias(d: Decision) -> Decision:
+    """`d` for a linear with a bias: the separate bias add's cost comes off the saving; torch's F.linear (bias fused)
+    when nothing is left."""
+    if d.kernel is None:
+        return d
+    add = bias_add_us(d.m, d.n)
+    if d.saving_us <= add:
+        return _torch(d.m, d.n, d.k, f"with a bias: the kernel saves {d.saving_us:.1f} us, the separate bias add "
+                                     f"costs ~{add:.1f} us (F.linear fuses it); was: {d.reason}")
+    return Decision(d.m, d.n, d.k, d.route, f"{d.reason}; with the bias added after it (~{add:.1f} us)", d.kernel,
+                    d.est_speedup, d.saving_us - add)
 
 
 def decide(manifest: Manifest, m: int, n: int, k: int, device_label: str, *,
-           broken: dict[tuple[int, int, int], str] | None = None, min_speedup: float = MIN_SPEEDUP) -> Decision:
-    """The dispatch rule (module docstring) for C[m, n] = A[m, k] @ B[n, k]^T on a GPU labelled `device_label`.
+           broken: dict[tuple[int, int, int], str] | None = None, min_speedup: float = MIN_SPEEDUP,
+           bias: bool = False) -> Decision:
+    """The dispatch rule (module docstring) for C[m, n] = A[m, k] @ B[n, k]^T on a GPU labelled `device_label`
+    (bias: for linear with a bias, C + bias[n]).
 
     `broken` maps exported shapes to why their kernel is not usable (failed build or call); those are skipped.
     """
-    broken = broken or {}
+    gemm = _decide_gemm(manifest, m, n, k, device_label, broken or {}, min_speedup)
+    return _with_bias(gemm) if bias else gemm
+
+
+def _decide_gemm(manifest: Manifest, m: int, n: int, k: int, device_label: str,
+                 broken: dict[tuple[int, int, int], str], min_speedup: float) -> Decision:
     if not all(1 <= d <= MAX_DIM for d in (m, n, k)):
         return _torch(m, n, k, f"dimensions outside [1, {MAX_DIM}]")
     if device_label != manifest.gpu:
@@ -333,8 +369,9 @@ class Library:
     def mark_broken(self, entry: KernelEntry, reason: str) -> None:
         self.broken[(entry.m, entry.n, entry.k)] = reason
 
-    def decide(self, m: int, n: int, k: int, device_label: str) -> Decision:
-        return decide(self.manifest, m, n, k, device_label, broken=self.broken, min_speedup=self.min_speedup)
+    def decide(self, m: int, n: int, k: int, device_label: str, bias: bool = False) -> Decision:
+        return decide(self.manifest, m, n, k, device_label, broken=self.broken, min_speedup=self.min_speedup,
+                      bias=bias)
 
 
 # -------------------------------------------------------------------------------------------- library state
@@ -361,12 +398,20 @@ class _State:
         self.library: Library | None = None
         self.problem = ""  # why no library is active, once loading was tried
         self.tried = False
-        self.plans: dict[tuple[int, int, int, int], tuple[Decision, LoadedKernel | None]] = {}
+        # (device index, M, N, K, bias) -> the decision and its built kernel (None: torch's route)
+        self.plans: dict[tuple[int, int, int, int, bool], tuple[Decision, LoadedKernel | None]] = {}
+        # patch_linear's eager route per (device index, x.shape, w.shape, bias, eager_min_saving_us): derived from plans
+        self.eager: dict[tuple[Any, ...], _Eager] = {}
 
     def set(self, library: Library | None, problem: str) -> None:
         with self.lock:
             self.library, self.problem, self.tried = library, problem, library is not None or bool(problem)
+            self.clear_plans()
+
+    def clear_plans(self) -> None:
+        with self.lock:
             self.plans.clear()
+            self.eager.clear()
 
     def active(self) -> Library | str:
         """The active library, loading the default one on first use; else why there is none."""
@@ -433,9 +478,10 @@ def _device_info(index: int) -> GpuInfo:
     return GpuInfo(index=index, name=p.name, compute_capability=f"{p.major}.{p.minor}", memory_mib=p.total_memory >> 20)
 
 
-def explain(M: int, N: int, K: int, device: torch.device | str | None = None) -> Decision:
+def explain(M: int, N: int, K: int, device: torch.device | str | None = None, *, bias: bool = False) -> Decision:
     """Which path hgemm takes for A [M, K] @ B [N, K]^T on `device` (default: the current CUDA device, or the
-    CPU without one), and why. Builds nothing; a kernel that later fails to build or run shows up here then."""
+    CPU without one), and why; bias=True: the path of linear with a bias. Builds nothing; a kernel that later fails
+    to build or run shows up here then."""
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
@@ -447,15 +493,16 @@ def explain(M: int, N: int, K: int, device: torch.device | str | None = None) ->
     if isinstance(library, str):
         return _torch(M, N, K, library)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return library.decide(M, N, K, _device_info(index).label)
+    return library.decide(M, N, K, _device_info(index).label, bias)
 
 
 # ---------------------------------------------------------------------------------------------- running
 
 
-def _plan(index: int, m: int, n: int, k: int) -> tuple[Decision, LoadedKernel | None]:
-    """The cached decision for one shape on one device, with its kernel built; failures fall through."""
-    key = (index, m, n, k)
+def _plan(index: int, m: int, n: int, k: int, bias: bool = False) -> tuple[Decision, LoadedKernel | None]:
+    """The cached decision for one shape on one device (bias: linear's, with a bias), with its kernel built;
+    failures fall through."""
+    key = (index, m, n, k, bias)
     plan = _STATE.plans.get(key)  # the hot path: a dict lookup, no lock (plans are only ever added or cleared)
     if plan is not None:
         return plan
@@ -468,7 +515,7 @@ def _plan(index: int, m: int, n: int, k: int) -> tuple[Decision, LoadedKernel | 
         else:
             info = _device_info(index)
             while True:  # each failed build marks its shape broken, so this ends within len(kernels) rounds
-                decision = library.decide(m, n, k, info.label)
+                decision = library.decide(m, n, k, info.label, bias)
                 kernel = library.kernel(decision.kernel, info.arch) if decision.kernel is not None else None
                 if decision.kernel is None or kernel is not None:
                     break
@@ -560,7 +607,7 @@ def _kernel_failed(decision: Decision, why: str) -> None:
         library = _STATE.library
         if library is not None:
             library.mark_broken(e, reason)
-        _STATE.plans.clear()
+        _STATE.clear_plans()
     warnings.warn(f"cudal2.ops: {reason}; using torch.matmul for it from now on", RuntimeWarning, stacklevel=3)
 
 
@@ -610,6 +657,11 @@ def hgemm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
     if a.dim() != 2 or b_nk.dim() != 2 or a.shape[1] != b_nk.shape[1]:
         raise ValueError(f"cudal2.ops.hgemm: expects a [M, K] and b_nk [N, K], got {tuple(a.shape)} and "
                          f"{tuple(b_nk.shape)}")
+    return _hgemm(a, b_nk)
+
+
+def _hgemm(a: torch.Tensor, b_nk: torch.Tensor) -> torch.Tensor:
+    """hgemm on validated operands: through the registered op where torch.compile or autograd needs it."""
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or b_nk.requires_grad)):
         return torch.ops.cudal2.hgemm(a, b_nk)
     return _dispatch(a, b_nk)
@@ -624,7 +676,17 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
                          f"{tuple(w.shape)}")
     if bias is not None and tuple(bias.shape) != (w.shape[0],):
         raise ValueError(f"cudal2.ops.linear: bias must be [N] = [{w.shape[0]}], got {tuple(bias.shape)}")
-    y = hgemm(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[0])
+    # With a bias, F.linear (cuBLAS adds it in its epilogue) unless the kernel saves more than the separate add costs.
+    # Under torch.compile the add is left to the compiler (which may fuse it into what follows); shapes are symbolic.
+    if (bias is not None and x.is_cuda and not torch.compiler.is_compiling() and x.numel()
+            and _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1], True)[1] is None):
+        return torch.nn.functional.linear(x, w, bias)
+    return _linear(x, w, bias)
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """linear on validated operands, through the op (its own dispatch: kernel or torch.matmul), then the bias."""
+    y = _hgemm(x.reshape(-1, x.shape[-1]), w).reshape(*x.shape[:-1], w.shape[0])
     return y if bias is None else y + bias
 
 
@@ -632,31 +694,45 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
 
 
 def saving_us(decision: Decision) -> float:
-    """GPU time per call the decision's kernel saves over torch.matmul by the manifest (us; 0 for torch's route)."""
-    if decision.kernel is None or decision.est_speedup is None:
-        return 0.0
-    return decision.kernel.median_us * (decision.est_speedup - 1)  # est_speedup = torch's time / the kernel's
+    """GPU time per call the decision's kernel saves over torch by the manifest (us; 0 for torch's route)."""
+    return decision.saving_us
 
 
-def _takes_kernel_eagerly(x: torch.Tensor, w: torch.Tensor, min_saving_us: float) -> bool:
-    """Whether an eager call of F.linear(x, w) on a CUDA device goes through cudal2: only where its kernel saves at
-    least `min_saving_us` per call."""
-    if x.shape[-1] == 0 or x.numel() == 0:
-        return False
-    decision, kernel = _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1])
-    return kernel is not None and saving_us(decision) >= min_saving_us
+class _Eager(Enum):
+    """Where a patched nn.Linear call of one shape takes cudal2's kernel."""
+
+    NEVER = 0  # torch's route (explain says so): F.linear, captured or not
+    CAPTURED = 1  # a kernel, but it saves less than eager_min_saving_us: only under CUDA-graph capture
+    ALWAYS = 2
+
+
+def _eager_route(key: tuple[Any, ...], x: torch.Tensor, w: torch.Tensor, bias: bool, min_saving_us: float) -> _Eager:
+    """_Eager for F.linear(x, w[, bias]) on x's CUDA device, cached under `key` until the plans are cleared."""
+    route = _Eager.NEVER
+    if x.numel():
+        decision, kernel = _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1], bias)
+        if kernel is not None:
+            route = _Eager.ALWAYS if saving_us(decision) >= min_saving_us else _Eager.CAPTURED
+    _STATE.eager[key] = route
+    return route
 
 
 def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # Bound to the module (a method, not a closure), so that copy.deepcopy of a patched model binds the copy's own.
+    # Eager calls pay this function's host time on every call (the H200's host: ~26 us per nn.Linear call, 0.6 us per
+    # capture query; benchmarks/linear_bench.py), so the common case is one dict lookup keyed by the shapes.
     w, bias = self.weight, self.bias
-    # Only float16 on a CUDA device goes through cudal2 (linear refuses other dtypes, and computes by torch.matmul
-    # off CUDA); F.linear answers the rest as nn.Linear would.
-    # (x.is_cuda and get_device(): no torch.device object per call; eager host time is what this path is short of)
-    if x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and (
-            torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing()
-            or _takes_kernel_eagerly(x, w, self.cudal2_eager_min_saving_us)):
-        return linear(x, w, bias)
+    # Only float16 on a CUDA device with matching shapes goes through cudal2; F.linear answers (or rejects) the rest
+    # as nn.Linear would. (x.is_cuda and get_device(): no torch.device object per call.)
+    if (x.is_cuda and x.dtype == torch.float16 and w.dtype == torch.float16 and x.shape[-1] == w.shape[1]
+            and (bias is None or bias.dtype == torch.float16)):
+        if torch.compiler.is_compiling():  # every kernel explain picks; the compiler sees the bias add
+            return _linear(x, w, bias)
+        min_saving = self.cudal2_eager_min_saving_us
+        key = (x.get_device(), x.shape, w.shape, bias is None, min_saving)
+        route = _STATE.eager.get(key) or _eager_route(key, x, w, bias is not None, min_saving)
+        if route is _Eager.ALWAYS or (route is _Eager.CAPTURED and torch.cuda.is_current_stream_capturing()):
+            return _linear(x, w, bias)
     return torch.nn.functional.linear(x, w, bias)
 
 
@@ -691,9 +767,10 @@ def patch_linear(model: torch.nn.Module, *, eager_min_saving_us: float = EAGER_M
     modules stay where they are, with their parameters: state_dict, .to() and autograd are unchanged. Modules whose
     weights are not float16, or whose forward something else replaced, are skipped (listed with why).
 
-    Under CUDA-graph capture or torch.compile every kernel `explain` picks is used. An eager call takes the kernel
-    only where the manifest says it saves at least `eager_min_saving_us` of GPU time per call (0: wherever `explain`
-    picks it): a call through cudal2.ops costs more host time than nn.Linear's own (benchmarks/model_bench.py on the
+    Under CUDA-graph capture or torch.compile every kernel `explain` picks is used (`explain(..., bias=True)` for a
+    layer with a bias; under torch.compile every kernel of the bias-less rule, the add left to the compiler). An eager
+    call takes the kernel only where the manifest says it saves at least `eager_min_saving_us` of GPU time per call
+    (0: wherever `explain` picks it): a call through cudal2.ops costs more host time than nn.Linear's own (benchmarks/model_bench.py on the
     H200: decoder layers 0.90x eager with every kernel used, against 1.01x in a CUDA graph), which a host-bound
     eager forward pays in full and a small GEMM's saving does not cover."""
     patched, skipped, modules = [], [], []

@@ -51,10 +51,30 @@ def test_models_with_the_same_shapes_are_built_once() -> None:
 
 
 def test_table_reports_speedups_savings_and_capture_failures() -> None:
-    ok = model_bench.Row("Llama-3-8B", 128, 2, 5, 0, 2, 40.0, 1000.0, 800.0, 1.25, 500.0, 460.0, 1.087, 0.012, 1e-3)
-    failed = model_bench.Row("Qwen2.5-7B", 1, 2, 7, 0, 0, 10.0, 900.0, 1000.0, 0.9, None, None, None, None, 2e-3,
-                             "RuntimeError: operation not permitted when stream is capturing")
+    Paired = model_bench.Paired
+    ok = model_bench.Row("Llama-3-8B", 128, 2, 5, 0, 2, 40.0, Paired(1000.0, 800.0, 1.25, 0.05),
+                         Paired(500.0, 460.0, 1.087, 0.012), 1e-3)
+    failed = model_bench.Row("Qwen2.5-7B", 1, 2, 7, 0, 0, 10.0, Paired(900.0, 1000.0, 0.9, 0.01),
+                             Paired.failed(RuntimeError("operation not permitted when stream is capturing\nmore")), None)
     text = model_bench.table([ok, failed])
-    assert "| Llama-3-8B | 128 | 5/0/2 | 1,000.0 / 800.0 | 1.250x | 500.0 / 460.0 | 1.087x | 1.2% | 40.0 / 40.0 |" in text
-    assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | n/a | 10.0 / n/a |" in text
-    assert "- graph capture failed: Qwen2.5-7B M=1: RuntimeError: operation not permitted" in text
+    assert "| Llama-3-8B | 128 | 5/0/2 | 1,000.0 / 800.0 | 1.250x | 500.0 / 460.0 | 1.087x | 1.2% | 40.0 / 40.0 | 1.0e-03 |" in text
+    assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | n/a | 10.0 / n/a | n/a |" in text
+    assert "- failed: graph Qwen2.5-7B M=1: RuntimeError: operation not permitted when stream is capturing" in text
+    assert "compiled" not in text and "more" not in text
+    compiled = dataclasses.replace(ok, compiled=Paired(450.0, 430.0, 1.05, 0.01), compiled_rel_diff=2e-3)
+    text = model_bench.table([compiled, failed])
+    assert text.splitlines()[0].endswith("| compiled graph us: torch / cudal2 | compiled graph | rel. diff |")
+    assert "| 1.0e-03 | 450.0 / 430.0 | 1.050x | 2.0e-03 |" in text and text.splitlines()[3].endswith("| 10.0 / n/a | n/a | n/a | n/a | n/a |")
+    assert all(line.count("|") == text.splitlines()[0].count("|") for line in text.splitlines()[:4])
+
+
+def test_paired_figures_are_medians_and_the_median_ratio() -> None:
+    p = model_bench.Paired.of([100.0, 110.0, 90.0], [50.0, 100.0, 45.0])
+    assert (p.torch_us, p.op_us, p.speedup) == (100.0, 50.0, 2.0)  # ratios 2.0, 1.1, 2.0
+    assert p.spread == pytest.approx(0.2) and p.error == ""
+
+
+def test_routes_count_each_projection_of_a_layer_once() -> None:
+    net = model_bench.build(scaled("Qwen2.5-0.5B", 8), layers=1, max_tokens=4, device="cpu")
+    counts, saving = model_bench.routes(net.layers[0], 4)
+    assert counts[ops.Route.TORCH] == 7 and saving == 0.0  # no CUDA device here: torch for every projection

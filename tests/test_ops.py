@@ -17,6 +17,7 @@ import torch
 from cudal2 import ops
 from cudal2.export import (
     MANIFEST_NAME,
+    TORCH_BASELINE,
     ExportRequest,
     Manifest,
     ManifestError,
@@ -214,9 +215,10 @@ def run_tiny(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, tor
 
 @pytest.fixture
 def linear_calls(monkeypatch) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """The (x, w) shapes of every cudal2.ops.linear call, which still computes."""
-    calls, real_linear = [], ops.linear
-    monkeypatch.setattr(ops, "linear", lambda x, w, bias=None: calls.append((tuple(x.shape), tuple(w.shape)))
+    """The (x, w) shapes of every call that goes through cudal2.ops' op (ops._linear, behind linear and the patched
+    forward; F.linear's route does not), which still computes."""
+    calls, real_linear = [], ops._linear
+    monkeypatch.setattr(ops, "_linear", lambda x, w, bias: calls.append((tuple(x.shape), tuple(w.shape)))
                         or real_linear(x, w, bias))
     return calls
 
@@ -247,6 +249,28 @@ def test_saving_per_call_by_the_manifest() -> None:
     assert ops.saving_us(decide(256, 256, 256)) == pytest.approx(1.0)  # too little for an eager call (10 us)
     assert ops.saving_us(decide(64, 64, 64, min_speedup=0.0)) == pytest.approx(-2.0)  # a slower kernel forced on
     assert ops.saving_us(decide(33, 77, 5)) == 0.0  # torch.matmul's route
+    padded = decide(120, 4096, 4096)  # torch >= 187.5 us (scaled by FLOPs) against 100 us + the padding's copies
+    assert ops.saving_us(padded) == pytest.approx(187.5 - 100 - ops.padding_us(120, 4096, 4096, padded.kernel))
+
+
+def test_bias_add_cost_model() -> None:
+    assert ops.bias_add_us(1, 128) == pytest.approx(ops.BIAS_ADD_LAUNCH_US, rel=1e-3)  # a launch, a few bytes
+    big = 4 * 8192 * 3584 / ops.BIAS_ADD_BYTES_PER_US  # 117 MB read and written
+    assert ops.bias_add_us(8192, 3584) == pytest.approx(ops.BIAS_ADD_LAUNCH_US + big)
+    assert 60 < ops.bias_add_us(8192, 3584) < 120  # linear_bench on the H200 measured 91 us there
+
+
+def test_a_bias_takes_the_kernel_only_where_it_saves_more_than_the_add() -> None:
+    d = decide(128, 4096, 4096, bias=True)  # 100 us saved, the add ~3 us
+    assert d.route is ops.Route.EXACT and "with the bias added after it" in d.reason
+    assert d.saving_us == pytest.approx(100.0 - ops.bias_add_us(128, 4096)) and d.est_speedup == 2.0
+    small = decide(256, 256, 256, bias=True)  # 1 us saved: less than the add costs
+    assert small.route is ops.Route.TORCH and decide(256, 256, 256).route is ops.Route.EXACT
+    assert "with a bias: the kernel saves 1.0 us, the separate bias add costs ~1.8 us (F.linear fuses it)" in small.reason
+    padded = decide(120, 4096, 4096, bias=True)
+    assert padded.route is ops.Route.PADDED
+    assert padded.saving_us == pytest.approx(decide(120, 4096, 4096).saving_us - ops.bias_add_us(120, 4096))
+    assert decide(33, 77, 5, bias=True) == decide(33, 77, 5)  # torch's route either way
 
 
 def test_patch_linear_leaves_a_forward_replaced_by_something_else() -> None:
@@ -359,17 +383,20 @@ def seed_library(tmp_path_factory) -> Path:
     return tmp / "lib"
 
 
-@pytest.fixture(scope="module")
-def padding_library(seed_library: Path, tmp_path_factory) -> Path:
-    """The seed library with torch's times inflated 100x, so that the padding rule pads: exercises that path."""
-    out = tmp_path_factory.mktemp("padlib")
+def retimed(seed_library: Path, out: Path, torch_us) -> Path:
+    """A copy of the seed library whose every baseline time is torch_us(entry): the dispatch rule's inputs, set."""
     m = Manifest.load(seed_library)
     for e in m.kernels:
         shutil.copy(seed_library / e.file, out / e.file)
-    inflated = tuple(dataclasses.replace(e, baseline_us={k: v * 100 for k, v in e.baseline_us.items()})
-                     for e in m.kernels)
-    dataclasses.replace(m, kernels=inflated).save(out)
+    kernels = tuple(dataclasses.replace(e, baseline_us=dict.fromkeys(e.baseline_us, torch_us(e))) for e in m.kernels)
+    dataclasses.replace(m, kernels=kernels).save(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def padding_library(seed_library: Path, tmp_path_factory) -> Path:
+    """The seed library with torch's times inflated 100x, so that the padding rule pads: exercises that path."""
+    return retimed(seed_library, tmp_path_factory.mktemp("padlib"), lambda e: e.baseline_us[TORCH_BASELINE] * 100)
 
 
 def rel_err(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
@@ -477,7 +504,8 @@ def test_patch_linear_takes_kernels_eagerly_only_where_they_save_enough(seed_lib
     """Eager calls take the kernel only at eager_min_saving_us or more saved per call; CUDA-graph capture always."""
     ops.load_library(seed_library, cache_dir=BUILDS, min_speedup=0.0, build=True)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024)).half().cuda()
+    layers = [torch.nn.Linear(1024, 1024, bias=False), torch.nn.ReLU(), torch.nn.Linear(1024, 1024, bias=False)]
+    model = torch.nn.Sequential(*layers).half().cuda()
     x = cuda_half(1024, 1024)
     with torch.no_grad():
         stock = model(x)
@@ -494,6 +522,37 @@ def test_patch_linear_takes_kernels_eagerly_only_where_they_save_enough(seed_lib
         assert len(linear_calls) == 2
         graph.replay()
         torch.testing.assert_close(out, stock, rtol=1e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+def test_a_bias_goes_to_f_linear_unless_the_kernel_saves_more_than_the_add(seed_library: Path, tmp_path: Path,
+                                                                          linear_calls) -> None:
+    """Each kernel 1 us faster than torch: F.linear (bias fused) for a biased layer, eager or captured; the kernel for
+    the same shape without a bias. 100x: the kernel, then the bias added."""
+    x, w, bias = cuda_half(4, 256, 1024), cuda_half(1024, 1024), cuda_half(1024)  # M = 4 * 256 = 1024
+    stock = torch.nn.functional.linear(x, w, bias)
+    (tmp_path / "thin").mkdir()
+    ops.load_library(retimed(seed_library, tmp_path / "thin", lambda e: e.median_us + 1.0), cache_dir=BUILDS)
+    assert ops.explain(1024, 1024, 1024).route is ops.Route.EXACT
+    assert ops.explain(1024, 1024, 1024, bias=True).route is ops.Route.TORCH
+    with torch.no_grad():
+        assert torch.equal(ops.linear(x, w, bias), stock) and linear_calls == []
+        layer = torch.nn.Linear(1024, 1024).half().cuda()
+        with ops.patch_linear(layer, eager_min_saving_us=-math.inf):
+            layer(x)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                layer(x)
+            assert linear_calls == []
+            layer.bias = None
+            layer(x)
+            assert len(linear_calls) == 1  # no bias: the kernel
+        linear_calls.clear()
+        (tmp_path / "wide").mkdir()
+        ops.load_library(retimed(seed_library, tmp_path / "wide", lambda e: e.median_us * 100), cache_dir=BUILDS)
+        assert ops.explain(1024, 1024, 1024, bias=True).route is ops.Route.EXACT
+        torch.testing.assert_close(ops.linear(x, w, bias), stock, rtol=1e-2, atol=5e-2)
+        assert linear_calls == [((4, 256, 1024), (1024, 1024))]
 
 
 REFUSING_KERNEL = """#include <cuda_fp16.h>
