@@ -319,6 +319,8 @@ def main() -> int:
                 print(f"  {model.name} M={m}: {time.monotonic() - start:.0f} s", flush=True)
             del net, patched, compiled
             torch.cuda.empty_cache()
+            if args.compile:  # dynamo's recompile limit counts per code object, across models: start each afresh
+                torch._dynamo.reset()
     print(f"\n{table(rows)}\n")
     print(f"geomean over {len(rows)} (model, M): "
           + ", ".join(f"{way} {geomean(done):.3f}x over {len(done)}" for way, done in
