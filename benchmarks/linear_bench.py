@@ -38,7 +38,6 @@ from cudal2.data import LLM_MODELS, TOKEN_COUNTS
 
 ROUNDS = 5
 HOST_CALLS = 2000
-BIASED = ("q_proj", "k_proj", "v_proj")  # the projections Qwen2.5 gives a bias
 
 
 @dataclass(frozen=True)
@@ -123,8 +122,7 @@ def main() -> int:
         print("linear_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     tokens = [int(t) for t in args.tokens.split(",")]
-    shapes = sorted({(n, k) for model in LLM_MODELS if model.name.startswith("Qwen2")
-                     for name, n, k in model.linears() if name in BIASED})
+    shapes = sorted({(n, k) for model in LLM_MODELS for name, n, k in model.linears() if model.has_bias(name)})
     with torch.inference_mode():
         rows = [bias_row(m, n, k) for n, k in shapes for m in tokens]
         host = host_rows()

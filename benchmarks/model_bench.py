@@ -124,7 +124,7 @@ def build(model: ModelConfig, layers: int, max_tokens: int, device: str = "cuda"
                   num_attention_heads=model.heads, num_key_value_heads=model.kv_heads, num_hidden_layers=layers,
                   vocab_size=256, max_position_embeddings=max(max_tokens, 2), initializer_range=INIT_STD,
                   attn_implementation="sdpa", use_cache=False)
-    if model.name.startswith("Qwen2"):  # head_dim = hidden / heads in both Qwen2.5 configs
+    if model.qkv_bias:  # Qwen2's architecture (q/k/v with bias); head_dim = hidden / heads in both Qwen2.5 configs
         assert model.hidden == model.heads * model.head_dim, model
         config, cls = transformers.Qwen2Config(**common), transformers.Qwen2Model
     else:

@@ -3,6 +3,7 @@
     cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|server|wallclock]
                 [--target-qps N] [--compile-only] [--json] [--gpu ID] [--db PATH] [--fresh]
     cudal2 baseline --mnk 64_4096_64 [--mnk ...] [--acc ...] [--mode ...] [--json] [--gpu ID]
+    cudal2 explain [--library DIR] (--mnk 128_4096_4096 [--bias] | --model Llama-3-8B [--tokens 1,16]) ...
 
 Exit status: 0 when every result is ok (`compiled` under --compile-only), 1 when any candidate failed,
 2 on bad usage or an internal error. Errors are one line on stderr, never a traceback.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_parser(sub)
     _add_carry_parser(sub)
     _add_export_parser(sub)
+    _add_explain_parser(sub)
     _add_tune_parser(sub)
     _add_remeasure_parser(sub)
     return parser
@@ -253,6 +256,89 @@ def cmd_export(args) -> int:
     except export.ExportError as e:
         raise UsageError(str(e)) from None
     return EXIT_OK
+
+
+def _add_explain_parser(sub) -> None:
+    from cudal2.data import LLM_MODELS, TOKEN_COUNTS
+
+    xp = sub.add_parser("explain", help="which path cudal2.ops takes for shapes or a model's linear layers, by an "
+                                        "exported library's measurements (no GPU needed)")
+    xp.add_argument("--library", default=None, help="exported library directory (default: $CUDAL2_OPS_LIBRARY, else "
+                                                    "~/.cache/cudal2/ops)")
+    xp.add_argument("--mnk", action="append", default=[], help="shape M_N_K, e.g. 128_4096_4096 (repeatable)")
+    xp.add_argument("--bias", action="store_true", help="the --mnk shapes as linear layers with a bias")
+    xp.add_argument("--model", action="append", default=[], choices=[m.name for m in LLM_MODELS],
+                    help="a model of cudal2.data whose decoder-layer projections to explain at each --tokens "
+                         "(repeatable)")
+    xp.add_argument("--tokens", default=",".join(map(str, TOKEN_COUNTS)), help="with --model: token counts M")
+    xp.add_argument("--min-speedup", type=float, default=1.0,
+                    help="as cudal2.ops.load_library's: an exact kernel is used only this much faster than torch")
+    xp.set_defaults(func=cmd_explain)
+
+
+def cmd_explain(args) -> int:
+    """cudal2.ops.decide on the library's manifest, as on the GPU it was measured on (the rule, not this machine)."""
+    from cudal2 import ops
+    from cudal2.data import LLM_MODELS
+    from cudal2.export import Manifest, ManifestError
+
+    if not args.mnk and not args.model:
+        raise UsageError("explain: name shapes (--mnk M_N_K) or a model (--model NAME)")
+    if not (math.isfinite(args.min_speedup) and args.min_speedup >= 0):
+        raise UsageError(f"--min-speedup {args.min_speedup} must be a finite number >= 0")
+    tasks = [_parse_task(mnk) for mnk in args.mnk]
+    tokens = _token_counts(args.tokens)
+    directory = ops.library_dir(args.library)
+    try:
+        manifest = Manifest.load(directory)
+    except ManifestError as e:
+        raise UsageError(str(e)) from None
+
+    def decide(m: int, n: int, k: int, bias: bool) -> ops.Decision:
+        return ops.decide(manifest, m, n, k, manifest.gpu, min_speedup=args.min_speedup, bias=bias)
+
+    print(f"library {directory}: {len(manifest.kernels)} kernel(s) measured on {manifest.gpu}, min_speedup "
+          f"{args.min_speedup:g}")
+    for t in tasks:
+        print(decide(t.m, t.n, t.k, args.bias))
+    for model in (m for m in LLM_MODELS if m.name in args.model):
+        print(f"\n{model.name}, one decoder layer's projections: the path, its GEMM's est. speedup vs torch.matmul "
+              "(+b: with a bias, whose separate add comes off the saving)\n")
+        print(_model_routes(model, tokens, decide))
+    return EXIT_OK
+
+
+def _model_routes(model, tokens: Sequence[int], decide) -> str:
+    """A markdown table: per token count M, the path of each projection, and the GPU time a decoder layer saves."""
+    layers = model.linears()
+    head = "| M | " + " | ".join(f"{name} ({n} x {k})" for name, n, k in layers) + " | us saved per layer |"
+    lines = [head, "|---" * (len(layers) + 2) + "|"]
+    for m in tokens:
+        cells, saved = [], 0.0
+        for name, n, k in layers:
+            d = decide(m, n, k, model.has_bias(name))
+            saved += d.saving_us
+            bias = " +b" if model.has_bias(name) else ""
+            cells.append(f"torch{bias}" if d.kernel is None else f"{d.route.value} {d.est_speedup:.2f}x{bias}")
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {saved:.1f} |")
+    return "\n".join(lines)
+
+
+def _token_counts(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--tokens wants comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"--tokens must be >= 1, got {text!r}")
+    return values
+
+
+def _parse_task(mnk: str) -> Task:
+    try:
+        return Task.parse(mnk)
+    except BadTask as e:
+        raise UsageError(str(e)) from None
 
 
 def _add_carry_parser(sub) -> None:

@@ -109,6 +109,7 @@ class ModelConfig:
     heads: int  # num_attention_heads
     kv_heads: int  # num_key_value_heads (grouped-query attention)
     head_dim: int  # head_dim, or hidden_size / num_attention_heads where the config has none
+    qkv_bias: bool = False  # q/k/v projections carry a bias (Qwen2's architecture: its config.json does not say so)
 
     def linears(self) -> tuple[tuple[str, int, int], ...]:
         """(layer, out_features, in_features) of the projections of one decoder layer (all layers are alike)."""
@@ -119,6 +120,10 @@ class ModelConfig:
             ("gate_proj", self.intermediate, self.hidden), ("up_proj", self.intermediate, self.hidden),
             ("down_proj", self.hidden, self.intermediate),
         )  # fmt: skip
+
+    def has_bias(self, layer: str) -> bool:
+        """Whether the projection named `layer` (a name from linears()) adds a bias."""
+        return self.qkv_bias and layer in ("q_proj", "k_proj", "v_proj")
 
 
 # Published configs (config.json of each model on the Hugging Face Hub, at the URL given).
@@ -131,9 +136,9 @@ LLM_MODELS = (
     # https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json
     ModelConfig("Llama-3-70B", hidden=8192, intermediate=28672, heads=64, kv_heads=8, head_dim=128),
     # https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json
-    ModelConfig("Qwen2.5-7B", hidden=3584, intermediate=18944, heads=28, kv_heads=4, head_dim=128),
+    ModelConfig("Qwen2.5-7B", hidden=3584, intermediate=18944, heads=28, kv_heads=4, head_dim=128, qkv_bias=True),
     # https://huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json
-    ModelConfig("Qwen2.5-0.5B", hidden=896, intermediate=4864, heads=14, kv_heads=2, head_dim=64),
+    ModelConfig("Qwen2.5-0.5B", hidden=896, intermediate=4864, heads=14, kv_heads=2, head_dim=64, qkv_bias=True),
     # https://huggingface.co/mistralai/Mistral-Nemo-Base-2407/blob/main/config.json (heads * head_dim = 4096 is
     # not hidden_size = 5120: q_proj and o_proj are not square)
     ModelConfig("Mistral-Nemo-12B", hidden=5120, intermediate=14336, heads=32, kv_heads=8, head_dim=128),

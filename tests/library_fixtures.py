@@ -3,6 +3,8 @@ and manifests with chosen measurements."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cudal2.export import TORCH_BASELINE, KernelEntry, Manifest, sha256_text
 from cudal2.kernels.sm90 import FAMILY as SM90
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task, Timing
@@ -52,3 +54,12 @@ def manifest(*entries: KernelEntry, gpu: str = GPU, acc: Acc = Acc.FP32) -> Mani
 # A small sm90 config the tuner could have generated (its host_cache twin is the same with host_cache on).
 SM90_CFG = SM90.make(dict(bm=64, bn=16, bk=128, cluster_m=1, cluster_n=1, schedule="basic", scheduler="persistent",
                           epilogue="tma", stages=4, swizzle=1, acc="fp32", splits=1))
+
+
+def write_fixture_library(directory: Path, m: Manifest) -> Path:
+    """`m` saved in `directory` with a placeholder source per kernel: a library cudal2.ops and the CLI can open."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for e in m.kernels:
+        (directory / e.file).write_text(kernel_source(e.task.mnk))
+    m.save(directory)
+    return directory

@@ -98,3 +98,42 @@ def test_argparse_errors_are_one_line_and_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith(message) and "--help)" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_explain_shapes_and_a_models_layers_from_a_library(capsys, tmp_path):
+    """The dispatch rule on a library's manifest, as on its GPU, without one: per shape, and per model layer."""
+    from tests.library_fixtures import entry, manifest, write_fixture_library
+
+    lib = write_fixture_library(tmp_path / "lib", manifest(
+        entry(128, 4096, 4096, median_us=100.0, torch_us=200.0),  # Llama-3-8B's q/o at M = 128: 2x
+        entry(1, 1024, 4096, median_us=5.0, torch_us=6.0),  # its k/v at M = 1: saves 1 us, less than a bias add
+    ))
+    code, out, _ = run(capsys, "explain", "--library", str(lib), "--mnk", "128_4096_4096", "--mnk", "1x1024x4096",
+                       "--bias")
+    assert code == 0
+    assert "128_4096_4096 -> cudal2 kernel: kernel 128_4096_4096.cu: 100.0 us vs torch.matmul" in out
+    assert "with the bias added after it" in out
+    assert "1_1024_4096 -> torch.matmul: with a bias: the kernel saves 1.0 us" in out
+    code, out, _ = run(capsys, "explain", "--library", str(lib), "--model", "Llama-3-8B", "--tokens", "1,128")
+    assert code == 0
+    saved = 2 * 100.0  # q_proj and o_proj at M = 128
+    assert f"| 128 | exact 2.00x | torch | torch | exact 2.00x | torch | torch | torch | {saved:.1f} |" in out
+    assert "| 1 | torch | exact 1.20x | exact 1.20x | torch | torch | torch | torch | 2.0 |" in out
+    code, out, _ = run(capsys, "explain", "--library", str(lib), "--model", "Qwen2.5-0.5B", "--tokens", "16")
+    assert "| 16 | torch +b | torch +b | torch +b | torch |" in out  # no kernel for its shapes; biases marked
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "--library", "LIB"], "name shapes (--mnk M_N_K) or a model (--model NAME)"),
+    (["explain", "--library", "LIB", "--mnk", "0_1_1"], "M=0"),
+    (["explain", "--library", "LIB", "--model", "Llama-3-8B", "--tokens", "1,x"], "--tokens wants"),
+    (["explain", "--library", "LIB", "--mnk", "1_1_1", "--min-speedup", "nan"], "--min-speedup nan"),
+    (["explain", "--library", "NOWHERE", "--mnk", "1_1_1"], "no such manifest"),
+])
+def test_explain_bad_input_is_one_line(capsys, tmp_path, argv, message):
+    from tests.library_fixtures import entry, manifest, write_fixture_library
+
+    lib = write_fixture_library(tmp_path / "lib", manifest(entry(64, 64, 64, 1.0, 2.0)))
+    argv = [str(lib) if a == "LIB" else str(tmp_path / a) if a == "NOWHERE" else a for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

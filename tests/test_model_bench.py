@@ -30,6 +30,9 @@ def test_patched_model_computes_what_the_stock_model_does(name: str) -> None:
     net = model_bench.build(model, layers=2, max_tokens=16, device="cpu")
     shapes = {(m.out_features, m.in_features) for m in net.modules() if isinstance(m, torch.nn.Linear)}
     assert shapes == {(n, k) for _, n, k in model.linears()}  # the layers the leaderboard's rows name
+    biased = {name.rsplit(".", 1)[-1] for name, m in net.layers[0].named_modules()
+              if isinstance(m, torch.nn.Linear) and m.bias is not None}
+    assert biased == {layer for layer, _, _ in model.linears() if model.has_bias(layer)}  # Qwen2.5: q/k/v
     x = torch.randn(1, 16, model.hidden, dtype=torch.float16)
     with torch.inference_mode():
         stock = net(inputs_embeds=x).last_hidden_state

@@ -26,7 +26,7 @@ from cudal2.export import (
     write_library,
 )
 from cudal2.sandbox.types import Acc, Task
-from tests.library_fixtures import GPU, entry, kernel_source, manifest
+from tests.library_fixtures import GPU, entry, manifest, write_fixture_library
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_GPU = "NVIDIA A100-SXM4-80GB (sm_80)"
@@ -116,14 +116,6 @@ def test_padding_cost_model() -> None:
 
 
 # -- loading libraries -----------------------------------------------------------------------------------------
-
-
-def write_fixture_library(directory: Path, m: Manifest) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for e in m.kernels:
-        (directory / e.file).write_text(kernel_source(e.task.mnk))
-    m.save(directory)
-    return directory
 
 
 def test_load_library_paths(tmp_path: Path, monkeypatch) -> None:
