@@ -126,7 +126,7 @@ def main() -> int:
     with torch.inference_mode():
         rows = [bias_row(m, n, k) for n, k in shapes for m in tokens]
         host = host_rows()
-    print("| M | N | K | matmul us | matmul + add us | F.linear with bias us | penalty us |\n|---|---|---|---|---|---|---|")
+    print("| M | N | K | matmul us | matmul + add us | F.linear with bias us | penalty us |\n" + "|---" * 7 + "|")
     for r in rows:
         print(f"| {r.m} | {r.n} | {r.k} | {r.matmul_us:.2f} | {r.matmul_add_us:.2f} | {r.linear_bias_us:.2f} | "
               f"{r.penalty_us:.2f} |")

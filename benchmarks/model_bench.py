@@ -30,8 +30,8 @@ torch_r / cudal2_r, so a drift of the GPU or the host between rounds cancels, an
 is the noise floor. The two captured outputs are compared (relative Frobenius difference). "routes" counts the 7
 projections by the path `explain` gives them, a bias included (exact kernel / padded / torch); "GEMM us saved,
 predicted" is, over the layers, the exact routes' `ops.saving_us` from the library's manifest (torch.matmul's
-offline median less the kernel's, less a bias's separate add), against the graph's measured saving. Prints markdown; --out writes JSON. A few minutes on an
-H200; the kernels of the shapes the models meet are compiled first, in parallel, where the build cache lacks them.
+offline median less the kernel's, less a bias's separate add), against the graph's measured saving. Prints
+markdown; --out writes JSON. A few minutes on an H200; the kernels of the shapes the models meet are compiled first, in parallel, where the build cache lacks them.
 """
 
 from __future__ import annotations

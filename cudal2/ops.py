@@ -82,7 +82,8 @@ EAGER_MIN_SAVING_US = 10.0
 # linear with a bias: the kernels take none, so the bias is added by a separate elementwise kernel, where F.linear hands
 # it to cuBLAS's epilogue. What that costs over F.linear per call, modelled as launch + bytes / bandwidth with bytes =
 # 4 M N (the [M, N] half output read and written): benchmarks/linear_bench.py on the H200 measured 1.0-2.3 us up to
-# 512 x 896 and 2.9-91 us at M = 2048-8192 (Qwen2.5's q/k/v); these two constants are within -35%..+55% of all 24 points.
+# 512 x 896 and 2.9-91 us at M = 2048-8192 (Qwen2.5's q/k/v); these two constants are within -35%..+55% of all 24
+# points.
 BIAS_ADD_LAUNCH_US = 1.6
 BIAS_ADD_BYTES_PER_US = 1.5e6  # 1.5 TB/s: the broadcast add's measured rate, well under HBM's peak
 
@@ -400,7 +401,8 @@ class _State:
         self.tried = False
         # (device index, M, N, K, bias) -> the decision and its built kernel (None: torch's route)
         self.plans: dict[tuple[int, int, int, int, bool], tuple[Decision, LoadedKernel | None]] = {}
-        # patch_linear's eager route per (device index, x.shape, w.shape, bias, eager_min_saving_us): derived from plans
+        # patch_linear's eager route per (device index, x.shape, w.shape, bias dtype or None, eager_min_saving_us),
+        # derived from plans
         self.eager: dict[tuple[Any, ...], _Eager] = {}
 
     def set(self, library: Library | None, problem: str) -> None:
@@ -737,7 +739,9 @@ def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.linear(x, w, bias)
         min_saving = self.cudal2_eager_min_saving_us
         key = (x.get_device(), x.shape, w.shape, None if bias is None else bias.dtype, min_saving)
-        route = _STATE.eager.get(key) or _eager_route(key, x, w, bias, min_saving)
+        route = _STATE.eager.get(key)
+        if route is None:
+            route = _eager_route(key, x, w, bias, min_saving)
         if route is _Eager.ALWAYS or (route is _Eager.CAPTURED and torch.cuda.is_current_stream_capturing()):
             return _linear(x, w, bias)
     return torch.nn.functional.linear(x, w, bias)
@@ -777,9 +781,9 @@ def patch_linear(model: torch.nn.Module, *, eager_min_saving_us: float = EAGER_M
     Under CUDA-graph capture or torch.compile every kernel `explain` picks is used (`explain(..., bias=True)` for a
     layer with a bias; under torch.compile every kernel of the bias-less rule, the add left to the compiler). An eager
     call takes the kernel only where the manifest says it saves at least `eager_min_saving_us` of GPU time per call
-    (0: wherever `explain` picks it): a call through cudal2.ops costs more host time than nn.Linear's own (benchmarks/model_bench.py on the
-    H200: decoder layers 0.90x eager with every kernel used, against 1.01x in a CUDA graph), which a host-bound
-    eager forward pays in full and a small GEMM's saving does not cover."""
+    (0: wherever `explain` picks it): a call through cudal2.ops costs more host time than nn.Linear's own
+    (benchmarks/model_bench.py on the H200: decoder layers 0.90x eager with every kernel used, against 1.01x in a CUDA
+    graph), which a host-bound eager forward pays in full and a small GEMM's saving does not cover."""
     patched, skipped, modules = [], [], []
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear):
