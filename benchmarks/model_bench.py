@@ -31,7 +31,8 @@ is the noise floor. The two captured outputs are compared (relative Frobenius di
 projections by the path `explain` gives them, a bias included (exact kernel / padded / torch); "GEMM us saved,
 predicted" is, over the layers, the exact routes' `ops.saving_us` from the library's manifest (torch.matmul's
 offline median less the kernel's, less a bias's separate add), against the graph's measured saving. Prints
-markdown; --out writes JSON. A few minutes on an H200; the kernels of the shapes the models meet are compiled first, in parallel, where the build cache lacks them.
+markdown; --out writes JSON. A few minutes on an H200; the kernels of the shapes the models meet are compiled
+first, in parallel, where the build cache lacks them.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Row:
     predicted_saving_us: float  # per forward, from the manifest (exact routes; a bias's separate add deducted)
     eager: Paired
     graph: Paired  # one forward captured in a CUDA graph per side
-    rel_diff: float  # ||patched - torch|| / ||torch|| of the last hidden state
+    rel_diff: float | None  # ||patched - torch|| / ||torch|| of the captured last hidden states (None: not captured)
     compiled: Paired | None = None  # torch.compile'd forwards, each captured in a CUDA graph (--compile)
     compiled_rel_diff: float | None = None
 
