@@ -3,7 +3,7 @@ same layers on torch, at each token count.
 
     python3 benchmarks/model_bench.py (--library DIR | --db PATH [--min-speedup 1.02] [--host-cache-twins])
                                       [--layers 2] [--models Llama-3-8B,Qwen2.5-7B] [--tokens 1,16,128]
-                                      [--compile] [--out model_bench.json]
+                                      [--compile [default|reduce-overhead]] [--out model_bench.json]
 
 The leaderboard times each GEMM alone, on cold inputs (offline mode rotates input sets past L2); this times what a
 user of `cudal2.ops.patch_linear` gets in a model: the GEMMs between the model's own norms, attention and
@@ -23,8 +23,9 @@ cudal2.ops.EAGER_MIN_SAVING_US: an eager call takes a kernel only where it saves
 three with --compile:
     eager: back-to-back forwards from Python, CUDA-event timed (Python, dispatch and launches included)
     graph: one forward captured in a CUDA graph per side, replayed (launch overhead gone: the GPU's time)
-    compiled graph: each model through torch.compile (default mode; the first call of each M compiles, outside the
-           timing), its forward captured in a CUDA graph as above: what torch.compile's reduce-overhead mode runs
+    compiled: each model through torch.compile (the first calls of each M compile, outside the timing); in its
+           default mode each forward is then captured in a CUDA graph as above, in reduce-overhead mode it is timed
+           as called (torch.compile records and replays CUDA graphs itself: what a user of that mode gets)
 each as ROUNDS alternating timings (torch, cudal2, torch, ...): the speedup is the median over rounds of
 torch_r / cudal2_r, so a drift of the GPU or the host between rounds cancels, and torch's spread over the rounds
 is the noise floor. The two captured outputs are compared (relative Frobenius difference). "routes" counts the 7
@@ -62,6 +63,7 @@ from cudal2.sandbox.store import StoreError
 
 INIT_STD = 0.02  # the published configs' initializer_range
 ROUNDS = 5  # alternating timings of torch and cudal2 per (model, M) and way
+WARM_CALLS = 3  # reduce-overhead mode: a warm-up call, the call that records its CUDA graph, a replay
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,9 @@ class Row:
     eager: Paired
     graph: Paired  # one forward captured in a CUDA graph per side
     rel_diff: float | None  # ||patched - torch|| / ||torch|| of the captured last hidden states (None: not captured)
-    compiled: Paired | None = None  # torch.compile'd forwards, each captured in a CUDA graph (--compile)
+    compiled: Paired | None = None  # torch.compile'd forwards (--compile)
     compiled_rel_diff: float | None = None
+    compile_mode: str = ""  # torch.compile's mode: default (captured here) or reduce-overhead (timed as called)
 
 
 def distinct_models(names: list[str] | None) -> list[ModelConfig]:
@@ -207,8 +210,31 @@ def graphed(stock: Forward, patched: Forward) -> tuple[Paired, float | None]:
     return Paired.of(*times), rel_diff(op_out[0], stock_out[0])
 
 
+def called(stock: Forward, patched: Forward) -> tuple[Paired, float | None]:
+    """Each forward timed as called, in alternating rounds, after WARM_CALLS calls each (torch.compile's
+    reduce-overhead mode compiles, records its CUDA graph and replays it over those); the outputs' relative
+    difference (cloned: a replay overwrites the graph's output)."""
+    try:
+        for _ in range(WARM_CALLS):
+            stock_out, op_out = stock().clone(), patched().clone()
+        times = paired_us(timer(stock), timer(patched))
+    except RuntimeError as e:
+        torch.cuda.synchronize()
+        return Paired.failed(e), None
+    return Paired.of(*times), rel_diff(op_out, stock_out)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A model and its patched copy through torch.compile in `mode`."""
+
+    stock: torch.nn.Module
+    patched: torch.nn.Module
+    mode: str  # "default" or "reduce-overhead"
+
+
 def measure(name: str, nets: tuple[torch.nn.Module, torch.nn.Module], tokens: int, layers: int,
-            compiled: tuple[torch.nn.Module, torch.nn.Module] | None) -> Row:
+            compiled: Compiled | None) -> Row:
     """nets: model `name`'s stock base model and its patched copy (compiled: both through torch.compile), at M =
     tokens."""
     stock, patched = nets
@@ -221,9 +247,13 @@ def measure(name: str, nets: tuple[torch.nn.Module, torch.nn.Module], tokens: in
     with torch.inference_mode():
         eager = Paired.of(*paired_us(timer(forward(stock)), timer(forward(patched))))
         graph, diff = graphed(forward(stock), forward(patched))
-        comp, comp_diff = graphed(forward(compiled[0]), forward(compiled[1])) if compiled else (None, None)
+        comp, comp_diff, mode = None, None, ""
+        if compiled:
+            way = graphed if compiled.mode == "default" else called
+            comp, comp_diff = way(forward(compiled.stock), forward(compiled.patched))
+            mode = compiled.mode
     return Row(name, tokens, layers, counts[ops.Route.EXACT], counts[ops.Route.PADDED],
-               counts[ops.Route.TORCH], saving * layers, eager, graph, diff, comp, comp_diff)
+               counts[ops.Route.TORCH], saving * layers, eager, graph, diff, comp, comp_diff, mode)
 
 
 def fmt(v: float | None, digits: int | None = 1) -> str:
@@ -240,10 +270,10 @@ def times(p: Paired | None) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    compiled = any(r.compiled is not None for r in rows)
+    compiled = next((r.compile_mode for r in rows if r.compiled is not None), "")
     head = ("| model | M | routes exact/padded/torch | eager us: torch / cudal2 | eager | graph us: torch / cudal2 "
             "| graph | torch's graph spread | GEMM us saved per forward: predicted / graph | rel. diff |")
-    head += " compiled graph us: torch / cudal2 | compiled graph | rel. diff |" if compiled else ""
+    head += f" compiled ({compiled}) us: torch / cudal2 | compiled | rel. diff |" if compiled else ""
     lines = [head, "|---" * head.count(" |") + "|"]
     for r in rows:
         g = r.graph
@@ -256,7 +286,7 @@ def table(rows: list[Row]) -> str:
             line += f" {times(r.compiled)} | {speedup(r.compiled)} | {fmt(r.compiled_rel_diff, None)} |"
         lines.append(line)
     errors = sorted({f"{way} {r.model} M={r.tokens}: {p.error}" for r in rows
-                     for way, p in (("graph", r.graph), ("compiled graph", r.compiled)) if p and p.error})
+                     for way, p in (("graph", r.graph), ("compiled", r.compiled)) if p and p.error})
     return "\n".join(lines + [f"- failed: {e}" for e in errors])
 
 
@@ -283,8 +313,9 @@ def main() -> int:
                     help="patch_linear's threshold for eager calls (0: every kernel explain() picks)")
     ap.add_argument("--models", default=None, help="comma-separated names from cudal2.data.LLM_MODELS (all)")
     ap.add_argument("--tokens", default=",".join(map(str, TOKEN_COUNTS)), help="token counts M")
-    ap.add_argument("--compile", action="store_true",
-                    help="also both models through torch.compile (default mode), each forward captured in a CUDA graph")
+    ap.add_argument("--compile", nargs="?", const="default", default=None, choices=["default", "reduce-overhead"],
+                    help="also both models through torch.compile in this mode (default: each forward then captured in "
+                         "a CUDA graph; reduce-overhead: timed as called)")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
     args = ap.parse_args()
     models, tokens = distinct_models(args.models.split(",") if args.models else None), parse_ints(args.tokens)
@@ -314,7 +345,8 @@ def main() -> int:
             net = build(model, args.layers, max(tokens))
             patched = copy.deepcopy(net)  # the patch is a bound method per module: the copy computes with its own
             ops.patch_linear(patched, eager_min_saving_us=args.eager_min_saving_us)
-            compiled = (torch.compile(net), torch.compile(patched)) if args.compile else None
+            compiled = (Compiled(torch.compile(net, mode=args.compile), torch.compile(patched, mode=args.compile),
+                                 args.compile) if args.compile else None)
             for m in tokens:
                 rows.append(measure(model.name, (net, patched), m, args.layers, compiled))
                 print(f"  {model.name} M={m}: {time.monotonic() - start:.0f} s", flush=True)
@@ -327,7 +359,8 @@ def main() -> int:
           + ", ".join(f"{way} {geomean(done):.3f}x over {len(done)}" for way, done in
                       (("eager", [r.eager.speedup for r in rows]),
                        ("graph", [r.graph.speedup for r in rows if r.graph.speedup]),
-                       ("compiled graph", [r.compiled.speedup for r in rows if r.compiled and r.compiled.speedup]))
+                       (f"compiled ({args.compile})",
+                        [r.compiled.speedup for r in rows if r.compiled and r.compiled.speedup]))
                       if done)
           + f"; total {time.monotonic() - start:.0f} s")
     if args.out:

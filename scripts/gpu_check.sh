@@ -12,7 +12,8 @@
 #            model (MODEL_BENCH_MODELS, default all) at MODEL_BENCH_TOKENS (1..8192) with their linears on a library
 #            exported from GRID_STORE at MODEL_BENCH_MIN_SPEEDUP (1.02), against torch (eager and CUDA graph); once per
 #            value of MODEL_BENCH_TWINS ("0"; "0 1": also exported with the sm90 kernels' verified host_cache twins);
-#            MODEL_BENCH_COMPILE=1: also both models through torch.compile, captured (--compile)
+#            MODEL_BENCH_COMPILE=1: also both models through torch.compile, captured (--compile); =reduce-overhead:
+#            through torch.compile's reduce-overhead mode, timed as called
 #     linear: benchmarks/linear_bench.py: the separate bias add's cost against F.linear's fused bias (LINEAR_BENCH_TOKENS,
 #             default 1..8192) and the patched nn.Linear forward's host time per call
 #     family: the GPU tests of the kernel families, the tuner and cudal2.ops, then the sm90 and ops benchmarks
@@ -158,6 +159,7 @@ if [[ $what == model ]]; then  # decoder layers of the LLM models with their lin
       ${MODEL_BENCH_MODELS:+--models "$MODEL_BENCH_MODELS"} ${MODEL_BENCH_TOKENS:+--tokens "$MODEL_BENCH_TOKENS"} \
       ${MODEL_BENCH_EAGER_MIN_SAVING_US:+--eager-min-saving-us "$MODEL_BENCH_EAGER_MIN_SAVING_US"} \
       $([[ ${MODEL_BENCH_COMPILE:-0} == 1 ]] && echo --compile) \
+      $([[ ${MODEL_BENCH_COMPILE:-0} == reduce-overhead ]] && echo --compile reduce-overhead) \
       $([[ $twins == 1 ]] && echo --host-cache-twins) --out "$OUT/$name.json" 2>&1 | tee "$OUT/$name.md" || rc=1
   done
 fi

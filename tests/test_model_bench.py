@@ -65,9 +65,10 @@ def test_table_reports_speedups_savings_and_capture_failures() -> None:
     assert "| Qwen2.5-7B | 1 | 7/0/0 | 900.0 / 1,000.0 | 0.900x | n/a / n/a | n/a | n/a | 10.0 / n/a | n/a |" in text
     assert "- failed: graph Qwen2.5-7B M=1: RuntimeError: operation not permitted when stream is capturing" in text
     assert "compiled" not in text and "more" not in text
-    compiled = dataclasses.replace(ok, compiled=Paired(450.0, 430.0, 1.05, 0.01), compiled_rel_diff=2e-3)
+    compiled = dataclasses.replace(ok, compiled=Paired(450.0, 430.0, 1.05, 0.01), compiled_rel_diff=2e-3,
+                                   compile_mode="reduce-overhead")
     text = model_bench.table([compiled, failed])
-    assert text.splitlines()[0].endswith("| compiled graph us: torch / cudal2 | compiled graph | rel. diff |")
+    assert text.splitlines()[0].endswith("| compiled (reduce-overhead) us: torch / cudal2 | compiled | rel. diff |")
     assert "| 1.0e-03 | 450.0 / 430.0 | 1.050x | 2.0e-03 |" in text
     assert text.splitlines()[3].endswith("| 10.0 / n/a | n/a | n/a | n/a | n/a |")  # no compiled figures
     assert all(line.count("|") == text.splitlines()[0].count("|") for line in text.splitlines()[:4])
