@@ -1,4 +1,4 @@
-"""Builders shared by the export and ops tests: evaluator results as the harness reports them, kernel entries
+"""Builders shared by the export, ops and CLI tests: evaluator results as the harness reports them, kernel entries
 and manifests with chosen measurements."""
 
 from __future__ import annotations
