@@ -35,7 +35,7 @@ import torch
 from ops_bench import CALLS_PER_GRAPH, _events_us, capture
 
 from cudal2 import ops
-from cudal2.data import LLM_MODELS, TOKEN_COUNTS
+from cudal2.data import LLM_MODELS, TOKEN_COUNTS, parse_token_counts
 
 ROUNDS = 5
 HOST_CALLS = 2000
@@ -122,7 +122,10 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("linear_bench: needs a CUDA GPU", file=sys.stderr)
         return 2
-    tokens = [int(t) for t in args.tokens.split(",")]
+    try:
+        tokens = parse_token_counts(args.tokens)
+    except ValueError as e:
+        raise SystemExit(f"linear_bench: {e}") from None
     shapes = sorted({(n, k) for model in LLM_MODELS for name, n, k in model.linears() if model.has_bias(name)})
     with torch.inference_mode():
         rows = [bias_row(m, n, k) for n, k in shapes for m in tokens]

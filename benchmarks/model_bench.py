@@ -55,7 +55,7 @@ import torch
 from ops_bench import TARGET_MS, capture, export_from, geomean
 
 from cudal2 import ops
-from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig
+from cudal2.data import LLM_MODELS, TOKEN_COUNTS, ModelConfig, parse_token_counts
 from cudal2.export import ExportError, Manifest, ManifestError
 from cudal2.sandbox.evaluator import default_cache_dir
 from cudal2.sandbox.gpu import detect_gpu
@@ -292,12 +292,9 @@ def table(rows: list[Row]) -> str:
 
 def parse_ints(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise SystemExit(f"model_bench: --tokens wants comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise SystemExit(f"model_bench: --tokens must be >= 1, got {text!r}")
-    return values
+        return parse_token_counts(text)
+    except ValueError as e:
+        raise SystemExit(f"model_bench: {e}") from None
 
 
 def main() -> int:

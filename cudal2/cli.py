@@ -324,14 +324,13 @@ def _model_routes(model, tokens: Sequence[int], decide) -> str:
     return "\n".join(lines)
 
 
-def _token_counts(text: str) -> list[int]:
+def _token_counts(text: str) -> tuple[int, ...]:
+    from cudal2.data import parse_token_counts
+
     try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise UsageError(f"--tokens wants comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise UsageError(f"--tokens must be >= 1, got {text!r}")
-    return values
+        return parse_token_counts(text)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _parse_task(mnk: str) -> Task:

@@ -147,6 +147,17 @@ LLM_MODELS = (
 TOKEN_COUNTS = (1, 16, 128, 512, 2048, 8192)
 
 
+def parse_token_counts(text: str) -> tuple[int, ...]:
+    """'1,16,128' -> (1, 16, 128): token counts M for a --tokens option; ValueError (one line) otherwise."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--tokens wants comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"--tokens must be >= 1, got {text!r}")
+    return values
+
+
 def llm_rows(acc: str = "fp32") -> list[ShapeRow]:
     """Every (tokens, layer) GEMM of LLM_MODELS in the contract's layout: C[M,N] = A[M,K] B[N,K]^T with
     M = tokens, N = out_features, K = in_features (B is the nn.Linear weight as stored).

@@ -76,6 +76,7 @@ PAD_MARGIN = 1.05  # padded path must be estimated >= 5% faster than torch's low
 PAD_LAUNCH_US = 5.0  # per padded operand or sliced output: allocation + fill + copy launches in eager mode
 PAD_BYTES_PER_US = 2.0e6  # 2 TB/s: a conservative copy bandwidth (H200 HBM3e peaks at 4.8 TB/s)
 ALIGN_BYTES = 256  # the evaluator's buffers are cudaMalloc'd: 256-byte aligned
+_HALF = torch.float16  # a module global: `x.dtype is _HALF` is the cheapest test an eager call can make
 # patch_linear, eager calls: a kernel must save this much GPU time per call (us) to pay for the op's extra host time
 # over nn.Linear's (5-14 us per call on the H200's host: benchmarks/ops_bench.py, benchmarks/model_bench.py).
 EAGER_MIN_SAVING_US = 10.0
@@ -681,9 +682,19 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -
     # With a bias, F.linear (cuBLAS adds it in its epilogue) unless the kernel saves more than the separate add costs.
     # Under torch.compile the add is left to the compiler (which may fuse it into what follows); shapes are symbolic.
     if (bias is not None and x.is_cuda and not torch.compiler.is_compiling() and x.numel()
-            and _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1], True)[1] is None):
+            and _linear_plan(x, w, True)[1] is None):
         return torch.nn.functional.linear(x, w, bias)
     return _linear(x, w, bias)
+
+
+def _linear_plan(x: torch.Tensor, w: torch.Tensor, bias: bool) -> tuple[Decision, LoadedKernel | None]:
+    """_plan of F.linear(x, w[, bias]): x [..., K] (at least one row) on a CUDA device, w [N, K]."""
+    return _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1], bias)
+
+
+def _fits(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """What linear would otherwise check per call: x's last dimension is w's K, the bias (if any) is float16."""
+    return x.shape[-1] == w.shape[1] and (bias is None or bias.dtype == _HALF)
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -700,9 +711,6 @@ def saving_us(decision: Decision) -> float:
     return decision.saving_us
 
 
-_HALF = torch.float16  # a module global: `x.dtype is _HALF` is the cheapest test an eager call can make
-
-
 class _Eager(Enum):
     """Where a patched nn.Linear call of one shape takes cudal2's kernel."""
 
@@ -716,8 +724,8 @@ def _eager_route(key: tuple[Any, ...], x: torch.Tensor, w: torch.Tensor, bias: t
     """_Eager for F.linear(x, w, bias), x and w float16 on one CUDA device, cached under `key` (which holds every
     input of this answer but the library's state) until the plans are cleared."""
     route = _Eager.NEVER
-    if x.numel() and x.shape[-1] == w.shape[1] and (bias is None or bias.dtype == _HALF):
-        decision, kernel = _plan(x.get_device(), x.numel() // x.shape[-1], w.shape[0], w.shape[1], bias is not None)
+    if x.numel() and _fits(x, w, bias):
+        decision, kernel = _linear_plan(x, w, bias is not None)
         if kernel is not None:
             route = _Eager.ALWAYS if saving_us(decision) >= min_saving_us else _Eager.CAPTURED
     _STATE.eager[key] = route
@@ -734,7 +742,7 @@ def _patched_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # (x.is_cuda and get_device(): no torch.device object per call.)
     if x.is_cuda and x.dtype is _HALF and w.dtype is _HALF:
         if torch.compiler.is_compiling():  # every kernel explain picks; the compiler sees the bias add
-            if x.shape[-1] == w.shape[1] and (bias is None or bias.dtype == _HALF):
+            if _fits(x, w, bias):
                 return _linear(x, w, bias)
             return torch.nn.functional.linear(x, w, bias)
         min_saving = self.cudal2_eager_min_saving_us
