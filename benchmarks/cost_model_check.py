@@ -37,7 +37,7 @@ import numpy as np
 
 from cudal2 import tune
 from cudal2.cost_model import ConfigFeatures, GradientBoostedTrees
-from cudal2.sandbox.store import GpuLabelError
+from cudal2.sandbox.store import GpuLabelError, StoreError
 from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_search import Candidate, ModelSearch, estimate_us, log_distance
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         measured = load_copy(Path(args.db), args.gpu, args.until)
         before = load_copy(Path(args.db), args.gpu, args.since) if args.since is not None else {}
-    except (tune.TuneInputError, GpuLabelError, OSError) as e:
+    except (tune.TuneInputError, GpuLabelError, StoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     started = time.monotonic()

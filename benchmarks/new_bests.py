@@ -31,7 +31,7 @@ from pathlib import Path
 
 from cudal2.data import BadShapeFile, load_shapes
 from cudal2.kernels.family import BadConfig, config_params
-from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
+from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.tune import FAMILIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -163,11 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"new_bests: {e}", file=sys.stderr)
             return 2
     with tempfile.TemporaryDirectory() as tmp:
-        db = open_db(db_path, Path(tmp), args.until)
         try:
+            db = open_db(db_path, Path(tmp), args.until)
             with ResultStore(db) as store:
                 gpu = resolve_gpu_label(store.ok_gpus(), args.gpu, None)
-        except GpuLabelError as e:
+        except (GpuLabelError, StoreError) as e:
             print(f"new_bests: {e}", file=sys.stderr)
             return 2
         before, after = load(db, gpu, args.since, tuple(args.by))

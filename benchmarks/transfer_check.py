@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from cudal2 import tune, tune_search
-from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
+from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_log import TuneLog
 from cudal2.tune_search import ELITE, Candidate, TransferSearch
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         measured = load_copy(Path(args.db), args.gpu, args.until)
-    except (tune.TuneInputError, GpuLabelError, OSError) as e:
+    except (tune.TuneInputError, GpuLabelError, StoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("| neighbours x configs | shapes | picks per shape | picks measured there | a pick near-best |\n"

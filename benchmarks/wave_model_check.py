@@ -18,7 +18,6 @@ cooperative, so configs that differ only there tie; ties are broken by measured-
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import math
 import shutil
@@ -31,7 +30,8 @@ from pathlib import Path
 
 from cudal2 import tune, tune_search
 from cudal2.kernels.family import Tiling
-from cudal2.sandbox.store import GpuLabelError, ResultStore, resolve_gpu_label
+from cudal2.sandbox import store_pack
+from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import Acc, Task
 from cudal2.tune_log import TuneLog
 
@@ -95,19 +95,20 @@ def _spearman(a: list[float], b: list[float]) -> float:
 
 
 def open_db(path: Path, tmp: Path, until: float | None = None) -> Path:
-    """A store to read: `path` itself, or a copy in `tmp` (unzipped when gzipped) that keeps only the results measured
-    up to `until` (Unix seconds). Why a cut-off: fill measures the configs the model ranks first, so results measured
-    after a fill are chosen by the model under test and flatter any later score; a claim about the model names the
-    store as it was when the claim was made."""
-    if path.suffix != ".gz" and until is None:
-        return path
-    out = tmp / (path.stem if path.suffix == ".gz" else path.name)
-    with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as src, open(out, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    if until is not None:
-        with closing(sqlite3.connect(out)) as conn, conn:  # closed, and committed first
-            conn.execute("DELETE FROM results WHERE created > ?", (until,))
-    return out
+    """A store to read: `path` itself, or a copy in `tmp` (a committed NAME.sqlite.gz: its base and deltas assembled,
+    `cudal2.sandbox.store_pack`) that keeps only the results measured up to `until` (Unix seconds). Why a cut-off:
+    fill measures the configs the model ranks first, so results measured after a fill are chosen by the model under
+    test and flatter any later score; a claim about the model names the store as it was when the claim was made.
+    Raises StoreError (one line) on a file that is not a result store."""
+    db = store_pack.materialise(path, tmp)
+    if until is None:
+        return db
+    if db == path:  # never cut the caller's own file
+        db = tmp / path.name
+        shutil.copyfile(path, db)
+    with closing(sqlite3.connect(db)) as conn, conn:  # closed, and committed first
+        conn.execute("DELETE FROM results WHERE created > ?", (until,))
+    return db
 
 
 def store_arguments(ap: argparse.ArgumentParser) -> None:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         with tempfile.TemporaryDirectory() as tmp:
             groups = load_groups(open_db(Path(args.db), Path(tmp), args.until), shapes, args.gpu)
-    except (tune.TuneInputError, GpuLabelError, OSError) as e:
+    except (tune.TuneInputError, GpuLabelError, StoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not groups:

@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.set_defaults(func=cmd_ablate)
     _add_report_parser(sub)
     _add_carry_parser(sub)
+    _add_store_parser(sub)
     _add_export_parser(sub)
     _add_explain_parser(sub)
     _add_tune_parser(sub)
@@ -360,6 +361,36 @@ def cmd_carry(args) -> int:
     except (carry.CarryError, StoreError) as e:
         raise UsageError(str(e)) from None
     print(summary.render())
+    return EXIT_OK
+
+
+def _add_store_parser(sub) -> None:
+    st = sub.add_parser("store", help="a result store committed as a gzipped base plus small deltas "
+                                      "(NAME.sqlite.gz, NAME.deltas/0001.sqlite.gz, ...)")
+    ssub = st.add_subparsers(dest="store_command", required=True)
+    asm = ssub.add_parser("assemble", help="base and deltas -> one plain SQLite store (a new file)")
+    asm.add_argument("committed", help="the committed store, e.g. benchmarks/stores/h200_grid.sqlite.gz")
+    asm.add_argument("--out", required=True, help="the plain store to write (must not exist)")
+    dl = ssub.add_parser("delta", help="the rows a grown store (or a delta sent back by a device call) adds to the "
+                                       "committed store, as its next delta")
+    dl.add_argument("--db", required=True, help="the grown store, plain or gzipped")
+    dl.add_argument("--committed", required=True, help="the committed store it started from")
+    dl.add_argument("--out", default=None, help="write the delta here (default: the committed store's next delta)")
+    st.set_defaults(func=cmd_store)
+
+
+def cmd_store(args) -> int:
+    from cudal2.sandbox import store_pack
+
+    try:
+        if args.store_command == "assemble":
+            done = store_pack.assemble(Path(args.committed), Path(args.out))
+            print(f"{done.path}: {done.rows.render()} (base and {done.deltas} deltas)")
+        else:
+            print(store_pack.write_delta(Path(args.db), Path(args.committed), Path(args.out) if args.out else None)
+                  .render())
+    except StoreError as e:
+        raise UsageError(str(e)) from None
     return EXIT_OK
 
 

@@ -44,8 +44,8 @@
 #           paired speedup, and a report by the paired estimator too; RANK=speedup: the kernels chosen by their speedup
 #           over cuBLAS instead of their median time, for REMEASURE too)
 #           (`remeasure --mode confirm`: free of the search's best-of-N selection); reports (offline grid and LLM shapes,
-#           server and wallclock sample) in one archive, and the grown store in 15 MiB parts ($OUT/h200_grid.sqlite.gz.00, .01, ...:
-#           `cat` them into GRID_STORE to commit it)
+#           server and wallclock sample) in one archive, and the rows the call added to the store ($OUT/grid_delta.sqlite.gz:
+#           `cudal2 store delta --db grid_delta.sqlite.gz --committed GRID_STORE` commits them as GRID_STORE's next delta)
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
@@ -133,7 +133,7 @@ if [[ $what == gap ]]; then  # what a graph node costs in offline timing (benchm
 fi
 if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel next to cuBLAS on PROFILE_SHAPES
   store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
-  [[ -f /tmp/grid.sqlite ]] || gunzip -c "$store" > /tmp/grid.sqlite || rc=1
+  [[ -f /tmp/grid.sqlite ]] || python3 -m cudal2.cli store assemble "$store" --out /tmp/grid.sqlite || rc=1
   python3 benchmarks/kernel_profile.py --db /tmp/grid.sqlite --out "$OUT/kernel_profile.md" --raw /tmp/profile-raw \
     --shapes ${PROFILE_SHAPES:-1024x512x256 512x1024x256 256x2048x1024 1024x1024x128 128x4096x256 512x2048x64 \
       128x128x16384 256x12288x4096 12288x8192x4096 64x64x64 4096x4096x4096} 2>&1 | tee "$OUT/kernel_profile.log" || rc=1
@@ -146,7 +146,7 @@ if [[ $what == paired ]]; then  # the paired speedup against the ratio of median
 fi
 if [[ $what == model ]]; then  # decoder layers of the LLM models with their linears on cudal2.ops, against torch
   store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
-  [[ -f /tmp/grid.sqlite ]] || gunzip -c "$store" > /tmp/grid.sqlite || rc=1
+  [[ -f /tmp/grid.sqlite ]] || python3 -m cudal2.cli store assemble "$store" --out /tmp/grid.sqlite || rc=1
   if [[ ${MODEL_TESTS:-1} != 0 ]]; then  # patch_linear's GPU test first (MODEL_TESTS=0 skips it)
     python3 -m pytest -m gpu -q --timeout=300 tests/test_ops.py -k patch_linear -p no:cacheprovider 2>&1 \
       | tee "$OUT/pytest_patch_linear.log"
@@ -198,7 +198,8 @@ if [[ $what == grid ]]; then
   store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
   db=/tmp/grid.sqlite
   mkdir -p /tmp/grid-out
-  [[ -f $db || ! -f $store ]] || gunzip -c "$store" > "$db" || rc=1  # a warm machine keeps its own copy
+  # a warm machine keeps its own copy; the committed store is a base and its deltas (cudal2 store)
+  [[ -f $db || ! -f $store ]] || python3 -m cudal2.cli store assemble "$store" --out "$db" || rc=1
   if [[ ${TUNE_MINUTES:-0} != 0 ]]; then
     python3 benchmarks/tune_gpu.py --budget-minutes "$TUNE_MINUTES" --per-bucket "${TUNE_PER_BUCKET:-6}" \
       --target-ms "${GRID_TARGET_MS:-20}" --db "$db" --out /tmp/grid-out/tune_gpu.md 2>&1 | tee "$OUT/tune.log" \
@@ -304,8 +305,8 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
   done
   head -n 40 /tmp/grid-out/report_grid.md
   tar -czf "$OUT/grid_reports.tar.gz" -C /tmp/grid-out .
-  # The device returns files of at most 16 MiB: the gzipped store comes back in 15 MiB parts, NAME.00, NAME.01, ...
-  # (`cat NAME.* > benchmarks/stores/NAME` puts it together; a store under 15 MiB is a single NAME.00).
-  gzip -c "$db" | split -b 15M -d - "$OUT/$(basename "$store")." || rc=1
+  # Only the rows this machine added to the committed store come back (a few hundred KiB where the whole store is
+  # 37 MiB gzipped); `cudal2 store delta --db grid_delta.sqlite.gz --committed GRID_STORE` adds them as its next delta.
+  python3 -m cudal2.cli store delta --db "$db" --committed "$store" --out "$OUT/grid_delta.sqlite.gz" || rc=1
 fi
 exit $rc

@@ -30,11 +30,13 @@ store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
 packs=${PRECOMPILED_DIR:-.precompiled}
 pack=$packs/build.tar.gz
 [[ -f $store ]] || { echo "precompile.sh: no store at $store (GRID_STORE)" >&2; exit 2; }
-store_sha=$(sha256sum "$store" | cut -d' ' -f1)
+deltas=${store%.gz}; deltas=${deltas%.sqlite}.deltas  # the committed store is a base and its deltas (cudal2 store)
+store_sha=$({ sha256sum "$store"; ! compgen -G "$deltas/*.sqlite.gz" >/dev/null || sha256sum "$deltas"/*.sqlite.gz; } \
+  | sha256sum | cut -d' ' -f1)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 build=$work/cache/cudal2/build
-gunzip -c "$store" > "$work/plan.sqlite"
+python3 -m cudal2.cli store assemble "$store" --out "$work/plan.sqlite" >/dev/null
 mkdir -p "$build"
 [[ ! -f $pack ]] || tar -xzf "$pack" -C "$build"
 touch "$work/started"  # entries newer than this were compiled or served by this run's plan
