@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from cudal2.data import BUCKETS, GRID_VALUES, BadShapeFile, ShapeRow, bucket, load_shape_spec, mnk_log2
+from cudal2.roofline import FIGURES, Bound, GpuFigures, bound, figures_for
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.store import GpuLabelError, Rank, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task
@@ -36,6 +38,7 @@ BASELINE_TITLES = {
     "cublaslt_autotuned": "cuBLASLt autotuned",
 }
 ALL_SHAPES = "all"
+T = TypeVar("T")
 
 
 class Estimator(str, Enum):
@@ -200,15 +203,19 @@ def summarise_group(name: str, entries: Sequence[Entry]) -> GroupSummary:
                         {b: summarise(baseline_speedups(entries, b)) for b in BASELINE_TITLES})
 
 
-def bucket_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
-    """One summary per size bucket of `data.BUCKETS` that has shapes, then one over all shapes."""
+def by_bucket(items: Sequence[T], task_of: Callable[[T], Task]) -> list[tuple[str, list[T]]]:
+    """The items of each size bucket of `data.BUCKETS` that has any, smallest first, then (ALL_SHAPES) all of them."""
     out = []
     for _, _, name in BUCKETS:
-        members = [e for e in entries if bucket(e.task.m, e.task.n, e.task.k) == name]
+        members = [i for i in items if bucket(task_of(i).m, task_of(i).n, task_of(i).k) == name]
         if members:
-            out.append(summarise_group(name, members))
-    out.append(summarise_group(ALL_SHAPES, entries))
-    return out
+            out.append((name, members))
+    return [*out, (ALL_SHAPES, list(items))]
+
+
+def bucket_summaries(entries: Sequence[Entry]) -> list[GroupSummary]:
+    """One summary per size bucket of `data.BUCKETS` that has shapes, then one over all shapes."""
+    return [summarise_group(name, members) for name, members in by_bucket(entries, lambda e: e.task)]
 
 
 OUTPUT_OCTAVES = 2  # output-size groups span this many powers of two of M*N
@@ -517,12 +524,105 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
                   "By output size M*N, against torch.matmul / cuBLAS:",
                   _buckets_md(output_size_summaries(entries), "M*N", ("cublas",)),
                   f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
+    if scope.mode in HEADROOM_MODES:
+        parts += ["#### Headroom", _headroom_md(entries, scope.gpu)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
     if unpaired:
         parts += [f"#### Verified without a paired figure ({len(unpaired)})", ", ".join(e.task.mnk for e in unpaired)]
     parts += ["#### Per shape", _shapes_md(entries)]
     return "\n\n".join(parts) + "\n"
+
+
+# -- headroom ------------------------------------------------------------------------------------------------------
+
+HEADROOM_SHOWN = 10  # shapes listed with the most room between the kernel and the bound
+HEADROOM_MODES = (Mode.OFFLINE, Mode.CONFIRM)  # graph replay: the bound's floor is a graph node (roofline.py)
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One verified shape against the GPU's bound: its kernel's and cuBLAS's median times, microseconds."""
+
+    entry: Entry
+    bound: Bound
+    kernel_us: float
+    cublas_us: float
+
+    @property
+    def kernel_x(self) -> float:
+        """The kernel's time over the bound (>= 1 unless the bound's figures are off)."""
+        return self.kernel_us / self.bound.us
+
+    @property
+    def ceiling(self) -> float:
+        """cuBLAS's time over the bound: the largest speedup over cuBLAS that any kernel could show here."""
+        return self.cublas_us / self.bound.us
+
+
+def headrooms(entries: Iterable[Entry], gpu: GpuFigures) -> list[Headroom]:
+    """The verified entries that have both a kernel and a cuBLAS median, against `gpu`'s bound."""
+    out = []
+    for e in entries:
+        cand = e.result.timings.get("candidate") if e.result is not None else None
+        cublas = e.result.timings.get("cublas") if e.result is not None else None
+        if cand is not None and cublas is not None:
+            out.append(Headroom(e, bound(e.task, gpu), cand.median_us, cublas.median_us))
+    return out
+
+
+@dataclass(frozen=True)
+class HeadroomSummary:
+    """Geometric means over a group of shapes: kernel / bound, cuBLAS / bound (the ceiling) and cuBLAS / kernel."""
+
+    name: str
+    n: int
+    kernel_x: float | None
+    ceiling: float | None
+    speedup: float | None
+
+    @property
+    def share(self) -> float | None:
+        """How much of the ceiling the speedup reached, in log terms (0: cuBLAS's time, 1: the bound); None where the
+        ceiling is 1x or less (cuBLAS at the bound leaves no room to share)."""
+        if self.speedup is None or self.ceiling is None or self.ceiling <= 1.0:
+            return None
+        return math.log(self.speedup) / math.log(self.ceiling)
+
+
+def summarise_headroom(name: str, rows: Sequence[Headroom]) -> HeadroomSummary:
+    return HeadroomSummary(name, len(rows), geomean([r.kernel_x for r in rows]), geomean([r.ceiling for r in rows]),
+                           geomean([r.cublas_us / r.kernel_us for r in rows]))
+
+
+def _headroom_md(entries: Sequence[Entry], gpu_label: str) -> str:
+    gpu = figures_for(gpu_label)
+    if gpu is None:
+        return f"No bound for {gpu_label}: `cudal2/roofline.py` has figures for {', '.join(f.name for f in FIGURES)}."
+    rows = headrooms(entries, gpu)
+    if not rows:
+        return "No verified shape with a kernel and a cuBLAS time."
+    note = (f"Against a lower bound per call on the {gpu.name} (`cudal2/roofline.py`): the largest of one graph node "
+            f"({gpu.node_us:.3f} us), 2MNK at the tensor-core peak ({gpu.tensor_flop_per_us / 1e6:.0f} TFLOP/s) and "
+            f"A, B, C moved once at HBM bandwidth ({gpu.hbm_bytes_per_us / 1e6:.2f} TB/s); median times. "
+            "cuBLAS / bound is the largest speedup over cuBLAS any kernel could show; \"share\" is how much of it the "
+            "kernels reached, log(speedup) / log(ceiling).")
+    groups = [summarise_headroom(name, members) for name, members in by_bucket(rows, lambda r: r.entry.task)]
+    table = md_table(["MNK bucket", "shapes", "kernel / bound", "cuBLAS / bound", "speedup vs cuBLAS", "share"],
+                     [[g.name, str(g.n), _x(g.kernel_x), _x(g.ceiling), _x(g.speedup), _pct(g.share)] for g in groups])
+    targets = md_table(["target", "needed", "reached", "ceiling (cuBLAS / bound)"],
+                       [[t.label, f">= {t.threshold:.2f}x", _x(g.speedup), _x(g.ceiling)]
+                        for t in TARGETS if t.baseline == "cublas"
+                        for g in [summarise_headroom(t.label, [r for r in rows if t.selects(r.entry.task)])]])
+    most = sorted(rows, key=lambda r: r.kernel_x, reverse=True)[:HEADROOM_SHOWN]
+    shapes = md_table(["M", "N", "K", "kernel us", "cuBLAS us", "bound us", "bound by", "kernel / bound",
+                       "cuBLAS / bound"],
+                      [[str(r.entry.task.m), str(r.entry.task.n), str(r.entry.task.k), _us(r.kernel_us),
+                        _us(r.cublas_us), _us(r.bound.us), r.bound.limit.value, _x(r.kernel_x), _x(r.ceiling)]
+                       for r in most])
+    return "\n\n".join([note, table, "The targets against torch.matmul / cuBLAS under their ceilings (a target above "
+                          "its ceiling could not be met by any kernel):", targets,
+                          f"The {len(most)} shapes with the most room (kernel / bound):", shapes])
 
 
 # -- heatmap -------------------------------------------------------------------------------------------------------

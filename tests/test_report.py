@@ -23,6 +23,7 @@ from cudal2.report import (
     check_target,
     collect,
     geomean,
+    headrooms,
     heat_cells,
     kernel_name,
     load_rows,
@@ -32,9 +33,11 @@ from cudal2.report import (
     resolve_gpu,
     slowest,
     summarise,
+    summarise_headroom,
     target_caveat,
     token_summaries,
 )
+from cudal2.roofline import figures_for
 from cudal2.sandbox.store import Rank, ResultStore
 from cudal2.sandbox.types import Acc, Mode, PairedSpeedup, ShapeResult, Task
 from cudal2.tune_log import ConfigRecord, TuneLog
@@ -289,6 +292,32 @@ def test_acc_override_keeps_one_row_per_shape(tmp_path):
 
 
 # -- markdown ------------------------------------------------------------------------------------------------------
+
+
+def test_headroom_against_the_h200_bound_by_hand(entries):
+    """64^3 and 64x64x128 are bound by one graph node (0.541 us): kernel 1 us, cuBLAS 4 and 1 us."""
+    rows = headrooms(entries, figures_for(GPU))
+    assert len(rows) == 4  # the missing shape has no times
+    small = summarise_headroom("< 2^24", [r for r in rows if r.entry.task.k <= 128])
+    assert small.kernel_x == pytest.approx(1 / 0.541)
+    assert small.ceiling == pytest.approx(math.sqrt(4 / 0.541 * 1 / 0.541))
+    assert small.speedup == pytest.approx(2.0)
+    assert small.share == pytest.approx(math.log(2.0) / math.log(small.ceiling))
+    large = summarise_headroom("large", [r for r in rows if r.entry.task == LARGE.task])
+    assert large.ceiling == pytest.approx(125 / (2 * 4096**3 / 989.4e6)) and large.ceiling < 1
+    assert large.share is None  # cuBLAS under the bound (the fixture's times are made up): no room to share
+
+
+def test_headroom_section_in_offline_and_confirm_reports_only(entries, db):
+    text = render(ReportScope("fixture.csv", GPU, Mode.OFFLINE, db), entries)
+    assert text.index("#### Where it loses") < text.index("#### Headroom") < text.index("#### Missing shapes")
+    assert "| < 2^24 | 2 | 1.848x | 3.697x | 2.000x | 53% |" in text
+    assert "| small: MNK < 2^27 | >= 2.00x | 2.000x | 3.697x |" in text
+    assert "| 64 | 64 | 64 | 1.00 | 4.00 | 0.54 | launch | 1.848x | 7.394x |" in text
+    assert "#### Headroom" in render(ReportScope("fixture.csv", GPU, Mode.CONFIRM, db), entries)
+    assert "#### Headroom" not in render(ReportScope("fixture.csv", GPU, Mode.SERVER, db), entries)
+    other = render(ReportScope("fixture.csv", "NVIDIA A100-SXM4-80GB (sm_80)", Mode.OFFLINE, db), entries)
+    assert "#### Headroom\n\nNo bound for NVIDIA A100-SXM4-80GB (sm_80): `cudal2/roofline.py` has figures for" in other
 
 
 def test_markdown(entries, db):

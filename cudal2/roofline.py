@@ -1,0 +1,82 @@
+"""How far a kernel is from what the GPU allows: a lower bound on the time of one HGEMM call, per GPU.
+
+    bound_us(M, N, K) = max(node_us, 2 M N K / tensor peak, 2 (M K + K N + M N) bytes / HBM bandwidth)
+
+- node_us: one kernel node in CUDA-graph replay, the offline timing's own floor (an empty one-CTA kernel took
+  0.541 us per node on the H200: `benchmarks/graph_gap.cu`, RESULTS).
+- compute: the dense fp16 tensor-core peak with fp32 accumulation (the datasheet's figure; no kernel reaches it).
+- memory: A, B and C (fp16, 2 bytes) each moved once between HBM and the SMs at the datasheet's bandwidth. The
+  offline timing rotates input sets larger than L2, so the inputs do come from HBM.
+
+It is a bound, not a prediction: each term alone is a floor, and a real call pays them partly in sequence (a kernel
+cannot start its stores before its loads). So kernel / bound says how far a kernel is from the floor, and cuBLAS /
+bound is the largest speedup over cuBLAS that any kernel could show on that shape: the ceiling a target is judged
+under. A shape where both run many times over the bound loses its time to latency (launch, dependent loads, a
+split-K reduction), not to bandwidth or flops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cudal2.sandbox.types import Task
+
+HALF_BYTES = 2  # fp16 A, B and C
+
+
+@dataclass(frozen=True)
+class GpuFigures:
+    """What one GPU allows. `name` is matched against the evaluator's GPU label ('NVIDIA H200 (sm_90a)')."""
+
+    name: str
+    tensor_flop_per_us: float  # dense fp16 tensor-core peak, fp32 accumulate
+    hbm_bytes_per_us: float
+    node_us: float  # one kernel node in CUDA-graph replay
+
+
+# Datasheet peaks (dense, no sparsity). The node cost was measured on the H200 only; the H100 runs the same launch
+# path on the same SM count and is given the same figure. More specific names first: "H100 PCIe" before "H100".
+FIGURES = (
+    GpuFigures("H200", 989.4e6, 4.8e6, 0.541),
+    GpuFigures("H100 PCIe", 756.0e6, 2.0e6, 0.541),
+    GpuFigures("H100", 989.4e6, 3.35e6, 0.541),
+)
+
+
+def figures_for(gpu_label: str) -> GpuFigures | None:
+    """The figures of the GPU a label names, or None for a GPU without figures."""
+    return next((f for f in FIGURES if f.name.lower() in gpu_label.lower()), None)
+
+
+class Limit(str, Enum):
+    """Which term of the bound is the largest."""
+
+    LAUNCH = "launch"
+    COMPUTE = "compute"
+    MEMORY = "memory"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The three floors of one call, microseconds."""
+
+    node_us: float
+    compute_us: float
+    memory_us: float
+
+    @property
+    def us(self) -> float:
+        return max(self.node_us, self.compute_us, self.memory_us)
+
+    @property
+    def limit(self) -> Limit:
+        terms = {Limit.LAUNCH: self.node_us, Limit.COMPUTE: self.compute_us, Limit.MEMORY: self.memory_us}
+        return max(terms, key=terms.__getitem__)
+
+
+def bound(task: Task, gpu: GpuFigures) -> Bound:
+    """The lower bound on one call of `task` (C[M,N] = A[M,K] @ B[K,N], fp16) on `gpu`."""
+    m, n, k = task.m, task.n, task.k
+    return Bound(gpu.node_us, 2.0 * m * n * k / gpu.tensor_flop_per_us,
+                 HALF_BYTES * (m * k + k * n + m * n) / gpu.hbm_bytes_per_us)
