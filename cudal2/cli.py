@@ -166,6 +166,8 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--show", action="store_true", help="print the best stored kernel per shape and exit")
     tu.add_argument("--worst", type=int, default=0, help="tune only the N shapes of the set where the best stored "
                     "kernel is slowest vs cuBLAS on this GPU (none yet: first)")
+    tu.add_argument("--won-only", action="store_true", help="tune only the shapes whose fastest stored kernel on "
+                    "this GPU comes from the families searched (--family), before --worst")
     tu.add_argument("--sms", type=int, default=0, help="SM count for --strategy fill and model (default: the GPU's)")
     tu.add_argument("--plan-as", default=None, metavar="GPU", help="with --compile-only: plan as a run on this "
                     "stored GPU would (label or unique part, e.g. h200: --worst, warm start, cuBLASLt algorithms), to "
@@ -195,7 +197,7 @@ def cmd_tune(args) -> int:
             families=tuple(args.family or ["all"]), strategy=Strategy(args.strategy),
             budget_s=args.budget_minutes * 60, max_configs=args.max_configs, seed=args.seed,
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
-            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, sms=args.sms,
+            target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, won_only=args.won_only, sms=args.sms,
             plan_as=args.plan_as, vary=tuple(args.vary), retry=frozenset(Status(r) for r in args.retry),
             cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None)
         summary = tune.run(options, tasks)

@@ -18,7 +18,9 @@ on the order results arrive in, so it does not replay the earlier sequence).
 `--worst N` narrows a set to its N shapes where the store's best verified kernel on this GPU is slowest against cuBLAS
 (shapes without one first): after a transfer over the 1000-shape grid, an evolutionary search there finds the kernels
 that the nearest tuned shapes could not lend (skinny long-K shapes need split-K that no large shape wins with); a
-second transfer then lends those kernels to their neighbours.
+second transfer then lends those kernels to their neighbours. `--won-only` first keeps the shapes whose fastest stored
+kernel the searched families (`--family`) generated: `--family small --won-only --strategy neighbours` steps from the
+small family's winners where it wins, not where an sm90 kernel is far ahead.
 
 At the end it prints the best verified kernel per shape from the store (this and earlier runs, any source), with
 its speedup over cuBLAS and cuBLASLt autotuned. `--show` prints that table without tuning.
@@ -82,6 +84,9 @@ class TuneOptions:
     compile_workers: int = 0  # concurrent compiles; 0 = CPU cores
     cache_dir: Path | None = None  # compile cache; None = the evaluator's default
     worst: int = 0  # > 0: tune only the set's `worst` shapes where the stored best is slowest vs cuBLAS (a GPU's)
+    # Tune only the shapes whose fastest stored kernel (a GPU's) one of `families` generated, before `worst`: a step
+    # from a family's winners (--strategy neighbours) is wasted where another family's kernel is far ahead.
+    won_only: bool = False
     sms: int = 0  # SMs the fill strategy's wave model fills; 0 = the GPU's (cudal2.sandbox.gpu.SM_COUNTS)
     # With compile_only: plan as a run on this stored GPU would (its label, or a unique part of one): --worst, the
     # warm start and the cuBLASLt algorithms read its results, so the configs compiled are the ones that run would
@@ -215,10 +220,12 @@ class Tuner:
             raise TuneInputError("no CUDA GPU visible on this machine: use --compile-only")
         # The GPU whose stored results plan the run: this one, or under --compile-only the one --plan-as names.
         self.label: str | None = self.gpu.label if self.gpu else self._plan_label(options)
+        if (options.worst or options.won_only) and self.label is None:
+            flag = "--worst ranks" if options.worst else "--won-only reads"
+            raise TuneInputError(f"{flag} a GPU's stored results: it needs a GPU, or --plan-as with --compile-only")
+        if options.won_only:
+            self.tasks = won_by(store, log, self.tasks, self.label, self.families)
         if options.worst:
-            if self.label is None:
-                raise TuneInputError("--worst ranks a GPU's stored results: it needs a GPU, or --plan-as with "
-                                     "--compile-only")
             self.tasks = worst_shapes(store, log, self.tasks, self.label, options.worst)
         self.arch = options.arch or (self.gpu.arch if self.gpu else DEFAULT_ARCH)
         try:
@@ -587,6 +594,20 @@ def worst_shapes(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpu: s
     one (or without a cuBLAS time) come first. Ties keep the set's order."""
     speedup = {b.task: b.speedups.get("cublas", 0.0) for b in best_kernels(store, log, tasks, [gpu])}
     return tuple(sorted(tasks, key=lambda t: speedup.get(t, 0.0))[:n])
+
+
+def won_by(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpu: str,
+           families: Sequence[KernelFamily]) -> tuple[Task, ...]:
+    """The shapes of `tasks` whose fastest verified kernel on `gpu` one of `families` generated, in the set's order
+    (a shape won by a source no family generated, or with no verified kernel, is left out)."""
+    names = {f.name for f in families}
+    won = []
+    for task in tasks:
+        best = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
+        record = log.config_of(best[0][0]) if best else None
+        if record is not None and record.family in names:
+            won.append(task)
+    return tuple(won)
 
 
 def best_table(tasks: Sequence[Task], best: Sequence[BestKernel]) -> str:

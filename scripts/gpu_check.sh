@@ -25,7 +25,8 @@
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
 #           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64) and
 #           K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
-#           (space-separated, e.g. "epi_n"; default: every parameter),
+#           (space-separated, e.g. "epi_n"; default: every parameter), from the families NEIGHBOURS_FAMILIES names
+#           (e.g. "small sm80_mma"; default all), with NEIGHBOURS_WON_ONLY=1 only on the shapes those families win,
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64)
 #           (with CUBLAS_KERNELS, a cublas_graph.cu report, also nearest to the kernels cuBLAS itself runs),
@@ -224,10 +225,12 @@ if [[ $what == grid ]]; then
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
     mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/neighbours.csv "${NEIGHBOURS_MAX_K:-0}"
-    vary=()
-    for param in ${NEIGHBOURS_VARY:-}; do vary+=(--vary "$param"); done
+    step=()  # what a step may change, from which families, on which shapes
+    for param in ${NEIGHBOURS_VARY:-}; do step+=(--vary "$param"); done
+    for family in ${NEIGHBOURS_FAMILIES:-}; do step+=(--family "$family"); done
+    [[ ${NEIGHBOURS_WON_ONLY:-0} == 0 ]] || step+=(--won-only)
     grid_tune --shapes /tmp/grid-out/neighbours.csv --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
-      --budget-minutes "$NEIGHBOURS_MINUTES" "${vary[@]}"
+      --budget-minutes "$NEIGHBOURS_MINUTES" "${step[@]}"
   fi
   if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most
     mnk_subset "${CUBLASLT_SHAPES:-data/grid.csv}" "${CUBLASLT_MIN_LOG2_MNK:-0}" "${CUBLASLT_MAX_LOG2_MNK:-64}" \

@@ -549,6 +549,29 @@ def test_worst_shapes_ranks_by_the_stored_best_and_puts_unmeasured_first(tmp_pat
         assert tune.worst_shapes(store, log, tasks, FAKE_GPU.label, 9) == (unmeasured, slower, slow, fast)
 
 
+def test_won_by_keeps_the_shapes_a_family_wins_on_this_gpu(tmp_path):
+    """A family's slower kernel does not keep a shape; a source no family generated keeps it from every family; a
+    win on another GPU does not count."""
+    won, lost, hand, elsewhere = Task(64, 64, 64), Task(128, 64, 64), Task(256, 64, 64), Task(512, 64, 64)
+    small, sm80 = SMALL.default(), SM80.default()
+    timings = lambda us: {"candidate": Timing(us, us, us, us, us, 0.0, 10),  # noqa: E731
+                          "cublas": Timing(10.0, 10.0, 10.0, 10.0, 10.0, 0.0, 10)}
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        for family, cfg in ((SMALL, small), (SM80, sm80)):
+            log.put_config(source_hash(family.render(cfg)), ConfigRecord.of(family, cfg))
+        h_small, h_sm80 = source_hash(SMALL.render(small)), source_hash(SM80.render(sm80))
+        for task, small_us, sm80_us in ((won, 1.0, 2.0), (lost, 2.0, 1.0), (hand, 2.0, 3.0)):
+            store.put_result(h_small, FAKE_GPU.label, "offline", ShapeResult(task, Status.OK, "", 1e-5, timings(small_us)))
+            store.put_result(h_sm80, FAKE_GPU.label, "offline", ShapeResult(task, Status.OK, "", 1e-5, timings(sm80_us)))
+        store.put_result("f" * 64, FAKE_GPU.label, "offline", ShapeResult(hand, Status.OK, "", 1e-5, timings(0.5)))
+        store.put_result(h_small, "another GPU", "offline", ShapeResult(elsewhere, Status.OK, "", 1e-5, timings(1.0)))
+        tasks = [won, lost, hand, elsewhere]
+        assert tune.won_by(store, log, tasks, FAKE_GPU.label, [SMALL]) == (won,)
+        assert tune.won_by(store, log, tasks, FAKE_GPU.label, [SM80]) == (lost,)
+        assert tune.won_by(store, log, tasks, FAKE_GPU.label, [SMALL, SM80]) == (won, lost)
+        assert tune.won_by(store, log, tasks, "another GPU", [SMALL]) == (elsewhere,)
+
+
 # ---------------------------------------------------------------------------------------- compile-only runs
 
 
@@ -658,6 +681,7 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     ["--mnk", "64_64_64"],  # no GPU here and not --compile-only
     ["--mnk", "64_64_64", "--worst", "1", "--compile-only"],  # --worst ranks GPU results
     ["--mnk", "64_64_64", "--worst", "-1", "--compile-only"],
+    ["--mnk", "64_64_64", "--won-only", "--compile-only"],  # --won-only reads GPU results too
     ["--mnk", "64_64_64", "--vary", "epi_n", "--compile-only"],  # --vary needs --strategy neighbours
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv):
@@ -845,6 +869,14 @@ def test_transfer_run_covers_a_larger_set_in_chunks_and_resumes(tmp_path, monkey
     worst = tune.run(replace(options, strategy=Strategy.RANDOM, max_configs=6, worst=2), grid, runner=SIMULATED)
     assert worst.shapes == tuple(b.task for b in ranked[:2])  # the two where the stored best is slowest
     assert worst.submitted >= 1 and {b.task for b in worst.best} == set(worst.shapes)
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        slowest = tune.worst_shapes(store, log, grid, FAKE_GPU.label, 1)  # after the run above measured more
+    won = tune.run(replace(options, strategy=Strategy.NEIGHBOURS, max_configs=1, worst=1, won_only=True), grid,
+                   runner=SIMULATED)  # small won every shape here: --won-only keeps them all, then --worst the worst
+    assert won.shapes == slowest
+    none = tune.run(replace(options, families=("sm80_mma",), strategy=Strategy.NEIGHBOURS, won_only=True), grid,
+                    runner=SIMULATED)
+    assert none.shapes == () and none.submitted == 0
 
 
 @pytest.mark.nvcc
