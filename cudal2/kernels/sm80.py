@@ -125,7 +125,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "bk": (32, 64),
     "warps_m": (1, 2, 4, 8),
     "warps_n": (1, 2, 4, 8),
-    "stages": (2, 3, 4, 5),
+    "stages": (2, 3, 4, 5, 6, 8),
     "split_k": (1, 2, 3, 4, 6, 8, 16),
     "group_m": (1, 4, 8, 16),
     "min_blocks": (1, 2),

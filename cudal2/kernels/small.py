@@ -74,10 +74,10 @@ class SmallConfig:
 
 SPACE: dict[str, tuple[Any, ...]] = {
     "bm": (16, 32, 64, 128),
-    "bn": (16, 32, 64, 128),
+    "bn": (8, 16, 32, 64, 128),
     "warps_m": (1, 2, 4),
     "warps_n": (1, 2, 4),
-    "warps_k": (1, 2, 4, 8),
+    "warps_k": (1, 2, 4, 8, 16),
     "k_unroll": (1, 2, 4),
     "acc": tuple(Acc),
 }

@@ -26,15 +26,16 @@ def cfg(**changes) -> Sm80Config:
 # in a thread-block cluster (sm_90a only) with 4 and with 8 ranges (the shape of the grid's most frequent sm80 winner),
 # and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384); the workspace
 # reduction launched with PDL (sm_90a only; the tiling of the grid's workspace split-K winners, e.g. 128x128x2048).
+# Stages 6 and 8 (the pipeline's ring of buffers at a count that is no power of two, and the deepest) on two of them.
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
     cfg(bm=64, bn=64, bk=64, warps_m=2, warps_n=2, stages=3, split_k=4, group_m=4, min_blocks=2, acc=Acc.FP16),
-    cfg(bm=16, bn=64, warps_m=1, warps_n=1, stages=5, split_k=16, group_m=1),
+    cfg(bm=16, bn=64, warps_m=1, warps_n=1, stages=6, split_k=16, group_m=1),
     cfg(bm=64, bn=64, warps_m=2, warps_n=2, stages=3, split_k=4, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=4, stages=3, split_k=8, min_blocks=2, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.CLUSTER),
-    cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=5, split_k=8, group_m=4, pdl=True),
+    cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=8, split_k=8, group_m=4, pdl=True),
 ]
 
 
