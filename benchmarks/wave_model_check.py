@@ -24,6 +24,7 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,9 @@ class Group:
     rows: tuple[tuple[Tiling, str, float], ...]
 
 
-def load_groups(db: Path, shapes: list[Task], gpu: str | None) -> list[Group]:
-    families = [f for f in tune.FAMILIES if f.decomposition]
+def load_groups(db: Path, shapes: list[Task], gpu: str | None, family_names: Sequence[str] = ()) -> list[Group]:
+    """The (shape, family) groups of `family_names` (default: every family with decomposition parameters)."""
+    families = [f for f in tune.FAMILIES if f.decomposition and (not family_names or f.name in family_names)]
     groups = []
     with ResultStore(db) as store, TuneLog(store) as log:
         label = resolve_gpu_label(store.ok_gpus(), gpu, None)
@@ -125,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     store_arguments(ap)
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--search", action="store_true", help="also try a grid of the model's constants")
+    ap.add_argument("--family", action="append", default=[], help="score only this family (repeatable; default "
+                    "every family with decomposition parameters)")
     args = ap.parse_args(argv)
     try:
         shapes = tune.load_tasks(args.shapes, [], Acc.FP32.value)
         with tempfile.TemporaryDirectory() as tmp:
-            groups = load_groups(open_db(Path(args.db), Path(tmp), args.until), shapes, args.gpu)
+            groups = load_groups(open_db(Path(args.db), Path(tmp), args.until), shapes, args.gpu, args.family)
     except (tune.TuneInputError, GpuLabelError, StoreError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -948,7 +948,9 @@ def test_wave_model_ranks_the_committed_h200_store_better_than_chance(tmp_path):
     among 3 random ones."""
     check = _benchmark("wave_model_check")
     db = check.open_db(COMMITTED_STORE, tmp_path, until=FITTED_ON_STORE_UNTIL)
-    groups = check.load_groups(db, tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200")
+    # The families the constants were fitted on: the small family's configs then had no cut to vary (cluster_k
+    # came later), so its groups differ in the kernel body alone, which the wave model does not describe.
+    groups = check.load_groups(db, tune.load_tasks(f"{GRID}:heldout", [], "fp32"), "h200", (SM80.name, SM90.name))
     s = check.score(groups, 132)
     assert s["groups"] > 100 and s["top3"] > s["random_top3"] + 0.1 and s["spearman"] > 0.1
 

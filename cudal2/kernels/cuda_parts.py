@@ -30,12 +30,15 @@ Fragment layouts of mma.sync.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k
   C/D (16x8): c0, c1 = (row g, cols 2t, 2t+1)   c2, c3 = (row g+8, cols 2t, 2t+1)
       fp32 accumulate: 4 float registers; fp16 accumulate: 2 .b32 registers, each a half2 {c0, c1} / {c2, c3}."""
 
-# PTX wrappers for the cp.async / ldmatrix path (sm80_mma).
-ASYNC_COPY_PTX = """\
+# A generic pointer into this CTA's shared memory as the 32-bit shared-window address PTX takes.
+SMEM_ADDR = """\
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+"""
 
+# PTX wrappers for the cp.async / ldmatrix path (sm80_mma).
+ASYNC_COPY_PTX = SMEM_ADDR + """
 // 16-byte async copy global -> shared; src_bytes = 0 reads nothing and fills the 16 bytes with zeros.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
     const int src_bytes = valid ? 16 : 0;
@@ -79,6 +82,24 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
     return v;
 }
 """
+
+# Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,
+# "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
+MAX_PORTABLE_CLUSTER = 8
+MAX_CLUSTER = 16
+
+
+def non_portable_opt_in(kernel: str, cluster_size: str) -> str:
+    """Host code opening a launch function that returns int: clusters of 9-16 CTAs allowed for `kernel` (an
+    attribute, set once per instantiation), and 1 returned when `cluster_size` (a C++ expression) is over the portable
+    size and the GPU refused. A launch the GPU cannot schedule then fails (cudaLaunchKernelEx's error, returned as 1),
+    never runs with a smaller cluster. Ends with the indent of the statement it stands before."""
+    return f"""// Over {MAX_PORTABLE_CLUSTER} CTAs a cluster needs the non-portable opt-in (sm_90: up to {MAX_CLUSTER}).
+    static const bool non_portable = cudaFuncSetAttribute(
+        {kernel}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if ({cluster_size} > {MAX_PORTABLE_CLUSTER} && !non_portable) return 1;
+    """
+
 
 _ACC_FP32 = """\
 // Accumulator of one m16n8 tile, fp32: c0..c3 as in the fragment layout above.

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any
 
 from cudal2.kernels import cuda_parts
+from cudal2.kernels.cuda_parts import MAX_CLUSTER, MAX_PORTABLE_CLUSTER
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
@@ -53,11 +54,7 @@ REGS_PER_CHUNK = 2
 OVERHEAD_REGS = 40
 # Split-K workspace ceiling (bytes): the split count is lowered until splits * M * N * 4 bytes fit.
 WS_CAP_BYTES = 1 << 30
-# Cluster reduction: CTAs per cluster without the non-portable opt-in, and with it on sm_90 (CUDA programming guide,
-# "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed), and the fp32 padding
-# of each parked tile row (floats; keeps rows 16-byte aligned, shifts banks).
-MAX_PORTABLE_CLUSTER = 8
-MAX_CLUSTER = 16
+# The cluster reduction's fp32 padding of each parked tile row (floats; keeps rows 16-byte aligned, shifts banks).
 RED_PAD = 4
 
 
@@ -296,21 +293,14 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         values.update(_CLUSTER_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX,
                       smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
-        opt_in = _NON_PORTABLE_OPT_IN if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
+        opt_in = cuda_parts.non_portable_opt_in("sm80_hgemm_kernel<kAligned>", "grid.z") \
+            if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
     reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"
-
-# Clusters of 9-16 CTAs (split_k 16): allowed per kernel by an attribute, set once per instantiation. A launch the
-# GPU cannot schedule then fails (cudaLaunchKernelEx's error, returned as 1), never runs with a smaller cluster.
-_NON_PORTABLE_OPT_IN = f"""// Over {MAX_PORTABLE_CLUSTER} CTAs a cluster needs the non-portable opt-in (sm_90: up to {MAX_CLUSTER}).
-    static const bool non_portable = cudaFuncSetAttribute(
-        sm80_hgemm_kernel<kAligned>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
-    if (grid.z > {MAX_PORTABLE_CLUSTER} && !non_portable) return 1;
-    """
 
 # The cluster reduction's code, by template slot (see Reduce.CLUSTER and _split_text).
 _CLUSTER_PARTS = {

@@ -9,6 +9,11 @@ pipeline and no host-side setup beyond the launch:
                 (k permuted identically in A and B, so the sum is unchanged)
     K split     WARPS_K warps of one block share an output tile and take interleaved K chunks; their fp32
                 partials are summed in shared memory in a fixed order at the end (deterministic)
+    cluster_k   (sm_90) a tile's K is also cut into CLUSTER_K ranges of whole load batches, one per CTA of a
+                thread-block cluster; every K-warp of every CTA parks its fp32 partial in its CTA's shared memory
+                and the CTAs sum the tile through distributed shared memory in a fixed order (deterministic), in the
+                same launch: long K on few output tiles reaches up to 16x more SMs. The launch takes
+                cudaLaunchKernelEx, and over 8 CTAs the non-portable cluster-size attribute, set once
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
@@ -16,11 +21,12 @@ pipeline and no host-side setup beyond the launch:
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.family import BadConfig, Tiling, build_config, config_name
+from cudal2.kernels.cuda_parts import MAX_PORTABLE_CLUSTER
+from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
 
@@ -38,7 +44,8 @@ MAX_MNK = 1 << 30
 @dataclass(frozen=True)
 class SmallConfig:
     """One kernel: a bm x bn tile per block, warps_m x warps_n x warps_k warps, k_unroll 32-wide K steps per load
-    batch (loads of a batch are all issued before its mma)."""
+    batch (loads of a batch are all issued before its mma); cluster_k CTAs (a cluster) per tile, each on its own K
+    range (1: one CTA per tile, as before the field existed)."""
 
     bm: int
     bn: int
@@ -47,6 +54,7 @@ class SmallConfig:
     warps_k: int
     k_unroll: int
     acc: Acc
+    cluster_k: int = field(default=1, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -62,8 +70,10 @@ class SmallConfig:
 
     @property
     def reduce_smem_bytes(self) -> int:
-        """fp32 partial tiles of warps_k - 1 K-warp groups."""
-        return (self.warps_k - 1) * self.bm * self.bn * 4
+        """fp32 partial tiles parked for the K sums: those of K-warps 1..warps_k-1 in a lone CTA (K-warp 0 adds them
+        in its registers); every K-warp's in a cluster (all of them are read by the cluster's CTAs)."""
+        parked = self.warps_k if self.cluster_k > 1 else self.warps_k - 1
+        return parked * self.bm * self.bn * 4
 
     @property
     def est_registers(self) -> int:
@@ -80,6 +90,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "warps_k": (1, 2, 4, 8, 16),
     "k_unroll": (1, 2, 4),
     "acc": tuple(Acc),
+    "cluster_k": (1, 2, 4, 8, cuda_parts.MAX_CLUSTER),
 }
 
 
@@ -88,7 +99,8 @@ class SmallFamily:
 
     name = "small"
     archs = ("sm_80", "sm_90a")
-    decomposition = ()  # its one lever, warps_k, splits K inside a block: that is the block's code, not the cut
+    # warps_k splits K inside a block (the block's code); cluster_k splits it over CTAs: the cut.
+    decomposition = ("cluster_k",)
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -117,6 +129,8 @@ class SmallFamily:
         if cfg.reduce_smem_bytes > STATIC_SMEM_LIMIT:
             return (f"shared memory {cfg.reduce_smem_bytes} B for the {cfg.warps_k}-way K reduction of a "
                     f"{cfg.bm}x{cfg.bn} fp32 tile over the {STATIC_SMEM_LIMIT} B static limit")
+        if cfg.cluster_k > 1 and not arch.startswith("sm_90"):
+            return f"cluster_k needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
         return None
 
     def supports(self, cfg: SmallConfig, task: Task) -> str | None:
@@ -128,8 +142,9 @@ class SmallFamily:
         return None
 
     def tiling(self, cfg: SmallConfig) -> Tiling:
-        # One block per output tile; its warps_k warp groups each take k_unroll 32-wide K steps per batch.
-        return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k)
+        # cluster_k CTAs per output tile, summed in the cluster; a CTA's warps_k warp groups each take k_unroll
+        # 32-wide K steps per batch.
+        return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k, cfg.cluster_k, cluster_reduce=cfg.cluster_k > 1)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[SmallConfig]:
         """No config: one lean launch, with no tile or split-K choice that cuBLASLt's algorithms map onto."""
@@ -149,6 +164,9 @@ class SmallFamily:
 
 def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
+    cluster = cfg.cluster_k > 1
+    opt_in = cuda_parts.non_portable_opt_in("small_hgemm_kernel<kLoad>", "CLUSTER_K") \
+        if cfg.cluster_k > MAX_PORTABLE_CLUSTER else ""
     design = f"""\
 Config {config_name(family, cfg)}
 {cuda_parts.config_lines(cfg)}
@@ -159,16 +177,14 @@ C[m][n] = sum_k A[m*K + k] * B[n*K + k]; {cfg.acc.value} accumulation. One launc
 Tiling
   Block tile {cfg.bm} (M) x {cfg.bn} (N), grid (ceil(N/{cfg.bn}), ceil(M/{cfg.bm})); {cfg.threads} threads =
   {cfg.warps_m} (M) x {cfg.warps_n} (N) x {cfg.warps_k} (K) warps. Warp tile {cfg.warp_m} x {cfg.warp_n} = {mi} m16 x {ni} n8
-  accumulator tiles. K-warp w takes the {32 * cfg.k_unroll}-wide K chunks w, w + {cfg.warps_k}, w + {2 * cfg.warps_k}, ...
+  accumulator tiles. K-warp w takes the {32 * cfg.k_unroll}-wide K chunks w, w + {cfg.warps_k}, w + {2 * cfg.warps_k}, ...{_cluster_tiling_text(cfg)}
 Fragments straight from global memory (no shared memory in the main loop)
   Per 32-wide K step lane (g, t) loads 8 consecutive halves k0 + 8t .. k0 + 8t + 7 of A rows g and g+8 (per m16
   tile) and of B row g (per n8 tile): words w0..w3 (2 halves each). mma k-step 0 takes a = (lo.w0, hi.w0,
   lo.w1, hi.w1), b = (w0, w1); k-step 1 takes w2, w3. The mma's logical k 2t, 2t+1, 2t+8, 2t+9 thus map to
   physical k 8t+4s .. 8t+4s+3 in A and B alike: a permutation of the 32 k's, so each product is summed once.
   A quad of lanes reads 64 contiguous bytes of a row. {cfg.k_unroll} K step(s) of loads are issued before their mma.
-K reduction ({cfg.warps_k} K-warps)
-  K-warps 1..{cfg.warps_k - 1} park fp32 partials in shared memory ({cfg.reduce_smem_bytes} B, lane-major: conflict free);
-  after one barrier K-warp 0 adds them in order 1, 2, ... (deterministic) and stores the tile.
+{_k_reduction_text(cfg)}
 Shapes
   Any M, N, K >= 1: 16-byte loads when K % 8 == 0 and A, B are 16-byte aligned, 4-byte loads when K is even
   and A, B 4-byte aligned, 2-byte loads otherwise; out-of-range rows and k read as zero. C: half2 stores when N
@@ -185,10 +201,171 @@ Shapes
             ("int", "WARPS_N", str(cfg.warps_n), "warps along N"),
             ("int", "WARPS_K", str(cfg.warps_k), "warps sharing one output tile, splitting K"),
             ("int", "K_UNROLL", str(cfg.k_unroll), "32-wide K steps loaded per batch"),
+            *([("int", "CLUSTER_K", str(cfg.cluster_k), "CTAs per tile (one cluster), each on its own K range")]
+              if cluster else []),
         ]),
         "accumulator": cuda_parts.accumulator(cfg.acc),
         "store_pair": cuda_parts.STORE_PAIR,
+        "cluster_ptx": cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX + "\n" if cluster else "",
+        "k_loop": _CLUSTER_K_LOOP if cluster else _K_LOOP,
+        "epilogue": _CLUSTER_EPILOGUE if cluster else _EPILOGUE,
+        "cluster_launch": _CLUSTER_LAUNCH.substitute(opt_in=opt_in) if cluster else "",
+        "grid_z": ", CLUSTER_K" if cluster else "",
+        "dispatch": _CLUSTER_DISPATCH if cluster else _DISPATCH,
     }
+
+
+def _cluster_tiling_text(cfg: SmallConfig) -> str:
+    if cfg.cluster_k == 1:
+        return ""
+    opt_in = (f", over {MAX_PORTABLE_CLUSTER} with the non-portable cluster-size opt-in"
+              if cfg.cluster_k > MAX_PORTABLE_CLUSTER else "")
+    return f"""
+  Grid z = {cfg.cluster_k}: the {cfg.cluster_k} CTAs of a tile form one thread-block cluster (cudaLaunchKernelEx, cluster dims
+  1 x 1 x {cfg.cluster_k}{opt_in}); CTA z walks the z-th of {cfg.cluster_k} K ranges of whole {32 * cfg.k_unroll * cfg.warps_k}-wide load batches."""
+
+
+def _k_reduction_text(cfg: SmallConfig) -> str:
+    if cfg.cluster_k == 1:
+        return f"""K reduction ({cfg.warps_k} K-warps)
+  K-warps 1..{cfg.warps_k - 1} park fp32 partials in shared memory ({cfg.reduce_smem_bytes} B, lane-major: conflict free);
+  after one barrier K-warp 0 adds them in order 1, 2, ... (deterministic) and stores the tile."""
+    return f"""K reduction ({cfg.warps_k} K-warps x {cfg.cluster_k} CTAs, through distributed shared memory)
+  Every K-warp parks its fp32 partial in its CTA's dynamic shared memory ({cfg.reduce_smem_bytes} B, lane-major float2
+  pairs); after a cluster barrier CTA r sums the pairs r * THREADS + i, + {cfg.cluster_k} * THREADS, ... over CTAs 0, 1, ...
+  and their K-warps 0, 1, ... in that order (deterministic), stores them, and waits at a second cluster barrier
+  so that no CTA's shared memory goes while another still reads it. One launch, no workspace."""
+
+
+# ---- the kernel's parts that cluster_k changes; at cluster_k = 1 the source is what it was before the field existed ----
+
+# One CTA per tile: its K-warps walk all of K.
+_K_LOOP = "for (int kc = wk * K_CHUNK; kc < K; kc += K_STRIDE) {"
+
+# A cluster of CLUSTER_K CTAs per tile: CTA z (its rank) walks the z-th range of whole load batches (K_STRIDE), so no
+# batch straddles two ranges; the last range ends at K.
+_CLUSTER_K_LOOP = """// K range of this CTA: the blockIdx.z-th of CLUSTER_K ranges of whole load batches (K_STRIDE wide).
+    const int k_range = (K + CLUSTER_K * K_STRIDE - 1) / (CLUSTER_K * K_STRIDE) * K_STRIDE;
+    const int k_begin = (int)blockIdx.z * k_range;
+    const int k_end = min(K, k_begin + k_range);
+    for (int kc = k_begin + wk * K_CHUNK; kc < k_end; kc += K_STRIDE) {"""
+
+# One CTA per tile: K-warps 1.. park their partials, K-warp 0 adds them in order and stores the tile.
+_EPILOGUE = """    float v[MI][NI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) acc_to_float(acc[mi][ni], v[mi][ni]);
+
+    if constexpr (WARPS_K > 1) {
+        // Partials of K-warps 1.. parked lane-major (consecutive lanes, consecutive banks); K-warp 0 adds them.
+        __shared__ float parked[WARPS_K - 1][WARPS_MN][ACC_FLOATS][32];
+        if (wk > 0) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) parked[wk - 1][wmn][(mi * NI + ni) * 4 + r][lane] = v[mi][ni][r];
+        }
+        __syncthreads();
+        if (wk > 0) return;
+        for (int w = 0; w < WARPS_K - 1; ++w)
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) v[mi][ni][r] += parked[w][wmn][(mi * NI + ni) * 4 + r][lane];
+    }
+
+    const bool vec = vec_store != 0;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+        const int row = row_a + mi * 16;
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            const int col = blockIdx.x * BN + wn * WARP_N + ni * 8 + 2 * t;
+            store_pair(C, M, N, vec, row, col, v[mi][ni][0], v[mi][ni][1]);
+            store_pair(C, M, N, vec, row + 8, col, v[mi][ni][2], v[mi][ni][3]);
+        }
+    }
+"""
+
+# A cluster per tile: every K-warp of every CTA parks its partial; CTA r then sums its share of the tile's float2
+# pairs over the cluster's CTAs 0, 1, ... and each one's K-warps 0, 1, ... in that order (bitwise reproducible) and
+# stores it; the second barrier keeps every CTA's shared memory alive until the others have read it. Every thread
+# stays to the end: the cluster barrier counts them all.
+_CLUSTER_EPILOGUE = """    // [WARPS_K][WARPS_MN][MI * NI * 2][32] float2: lane-major, so a warp's 32 pairs are 256 contiguous bytes.
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    float2* park = reinterpret_cast<float2*>(smem_raw);
+    constexpr int LANE_PAIRS = ACC_FLOATS / 2;          // float2 pairs per lane: MI * NI tiles x rows g, g + 8
+    constexpr int PAIRS = WARPS_MN * LANE_PAIRS * 32;  // float2 pairs of one parked tile: BM * BN / 2
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            float v[4];
+            acc_to_float(acc[mi][ni], v);
+            const int j = (wk * WARPS_MN + wmn) * LANE_PAIRS + (mi * NI + ni) * 2;
+            park[j * 32 + lane] = make_float2(v[0], v[1]);        // row g
+            park[(j + 1) * 32 + lane] = make_float2(v[2], v[3]);  // row g + 8
+        }
+    cluster_sync();  // every CTA's partials parked and visible to the whole cluster
+    const uint32_t base = smem_addr(park);
+    const bool vec = vec_store != 0;
+    for (int e = (int)cluster_ctarank() * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
+        float2 sum = make_float2(0.0f, 0.0f);
+        for (int z = 0; z < CLUSTER_K; ++z)
+            for (int w = 0; w < WARPS_K; ++w) {
+                const float2 p = ld_cluster_f2(base + (uint32_t)((w * PAIRS + e) * sizeof(float2)), (uint32_t)z);
+                sum.x += p.x;
+                sum.y += p.y;
+            }
+        // Pair e: lane e % 32 of row pair j = (e / 32) % LANE_PAIRS of warp tile e / (32 * LANE_PAIRS).
+        const int l = e % 32, j = (e / 32) % LANE_PAIRS, w_mn = e / (32 * LANE_PAIRS);
+        const int row = blockIdx.y * BM + (w_mn / WARPS_N) * WARP_M + (j / 2 / NI) * 16 + (l >> 2) + 8 * (j % 2);
+        const int col = blockIdx.x * BN + (w_mn % WARPS_N) * WARP_N + (j / 2 % NI) * 8 + 2 * (l & 3);
+        store_pair(C, M, N, vec, row, col, sum.x, sum.y);
+    }
+    cluster_sync();  // no CTA leaves while another still reads its shared memory
+"""
+
+_DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0)
+        small_hgemm_kernel<LOAD_VEC16><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    else if (K % 2 == 0 && ab % 4 == 0)
+        small_hgemm_kernel<LOAD_PAIRS><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    else
+        small_hgemm_kernel<LOAD_SCALAR><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+"""
+
+_CLUSTER_DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0) return launch_cluster<LOAD_VEC16>(grid, A, B, C, M, N, K, vec_store, stream);
+    if (K % 2 == 0 && ab % 4 == 0) return launch_cluster<LOAD_PAIRS>(grid, A, B, C, M, N, K, vec_store, stream);
+    return launch_cluster<LOAD_SCALAR>(grid, A, B, C, M, N, K, vec_store, stream);
+"""
+
+# One cluster of CLUSTER_K CTAs (grid.z) per output tile, with the parked partials as dynamic shared memory.
+_CLUSTER_LAUNCH = string.Template("""template <int kLoad>
+int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int N, int K, int vec_store,
+                   cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(THREADS, 1, 1);
+    config.dynamicSmemBytes = (size_t)WARPS_K * BM * BN * sizeof(float);  // every K-warp's fp32 partial tile
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = CLUSTER_K;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    ${opt_in}const cudaError_t err = cudaLaunchKernelEx(&config, small_hgemm_kernel<kLoad>, A, B, C, M, N, K, vec_store);
+    return err == cudaSuccess ? 0 : 1;
+}
+
+""")
 
 
 _TEMPLATE = string.Template(r"""// Generated by cudal2.kernels.small (family small): single-launch register-fragment HGEMM for small shapes.
@@ -220,7 +397,7 @@ constexpr int LOAD_SCALAR = 2;  // eight 2-byte loads
 
 $accumulator
 $store_pair
-// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
+$cluster_ptx// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
 template <int kLoad>
 __device__ __forceinline__ uint4 load8(const half* __restrict__ X, int rows, int K, int r, int k) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -267,7 +444,7 @@ small_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half*
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) acc_zero(acc[mi][ni]);
 
-    for (int kc = wk * K_CHUNK; kc < K; kc += K_STRIDE) {
+    $k_loop
         uint4 a_lo[K_UNROLL][MI], a_hi[K_UNROLL][MI], b[K_UNROLL][NI];
 #pragma unroll
         for (int u = 0; u < K_UNROLL; ++u) {
@@ -295,64 +472,18 @@ small_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half*
                 }
     }
 
-    float v[MI][NI][4];
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) acc_to_float(acc[mi][ni], v[mi][ni]);
+$epilogue}
 
-    if constexpr (WARPS_K > 1) {
-        // Partials of K-warps 1.. parked lane-major (consecutive lanes, consecutive banks); K-warp 0 adds them.
-        __shared__ float parked[WARPS_K - 1][WARPS_MN][ACC_FLOATS][32];
-        if (wk > 0) {
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) parked[wk - 1][wmn][(mi * NI + ni) * 4 + r][lane] = v[mi][ni][r];
-        }
-        __syncthreads();
-        if (wk > 0) return;
-        for (int w = 0; w < WARPS_K - 1; ++w)
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) v[mi][ni][r] += parked[w][wmn][(mi * NI + ni) * 4 + r][lane];
-    }
-
-    const bool vec = vec_store != 0;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-        const int row = row_a + mi * 16;
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-            const int col = blockIdx.x * BN + wn * WARP_N + ni * 8 + 2 * t;
-            store_pair(C, M, N, vec, row, col, v[mi][ni][0], v[mi][ni][1]);
-            store_pair(C, M, N, vec, row + 8, col, v[mi][ni][2], v[mi][ni][3]);
-        }
-    }
-}
-
-}  // namespace
+$cluster_launch}  // namespace
 
 extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
     (void)workspace_bytes;
     if (M < 1 || N < 1 || K < 1) return 1;
-    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM));
+    const dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM)$grid_z);
     if (grid.y > 65535u) return 1;
     const int vec_store = (N % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 4 == 0) ? 1 : 0;
     const uintptr_t ab = reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B);
-    if (K % 8 == 0 && ab % 16 == 0)
-        small_hgemm_kernel<LOAD_VEC16><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
-    else if (K % 2 == 0 && ab % 4 == 0)
-        small_hgemm_kernel<LOAD_PAIRS><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
-    else
-        small_hgemm_kernel<LOAD_SCALAR><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
-    return cudaGetLastError() == cudaSuccess ? 0 : 1;
-}
+$dispatch}
 """)

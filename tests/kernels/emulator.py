@@ -263,10 +263,13 @@ T __ldg(const T* p) {
 }
 """
 
-_EMU_ASYNC = """\
+_EMU_SMEM_ADDR = """\
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return (uint32_t)(static_cast<const unsigned char*>(p) - emu::smem_base);
 }
+"""
+
+_EMU_ASYNC = _EMU_SMEM_ADDR + """\
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) { emu::cp_async(dst, src, valid); }
 __device__ __forceinline__ void cp_async_commit() { emu::commit(); }
 template <int N>
@@ -393,7 +396,8 @@ def cuda_include_dir() -> Path | None:
 
 def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
-    for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER),
+    for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.SMEM_ADDR, _EMU_SMEM_ADDR),
+                               (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER),
                                (cuda_parts.accumulator(acc), _EMU_ACC[acc]), (cuda_parts.PDL_WAIT, ""),
                                (cuda_parts.PDL_TRIGGER, "/* PDL trigger: grids run one after the other here */")):
         if original in source:

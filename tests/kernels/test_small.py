@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.small import SmallConfig, SmallFamily
-from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.types import Acc, Status, Task
 from tests.kernels import family_checks
 
@@ -21,12 +22,26 @@ def cfg(**changes) -> SmallConfig:
 
 
 # The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); a 16x8 tile (one mma per k-step)
-# over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation.
+# over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's
+# tile cut over a cluster of 4 CTAs (sm_90a only).
 SAMPLE = [
     DEFAULT,
     cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=8, k_unroll=2),
     cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=16, k_unroll=1),
     cfg(bm=64, bn=128, warps_m=2, warps_n=4, warps_k=1, k_unroll=4, acc=Acc.FP16),
+    cfg(cluster_k=4),
+]
+# A 16x16 tile on 16 CTAs, over the portable cluster size (the non-portable opt-in): long K on a tiny output. The CPU
+# emulator runs its 16 x 128 threads per cluster as OS threads, so it takes the shapes with few tiles only.
+CLUSTER_16 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=4, cluster_k=16)
+CLUSTER_16_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 40 * 40]
+
+# Sources of the committed H200 store (benchmarks/stores), measured before cluster_k existed: their configs must
+# render to them byte for byte, or the stored results would no longer be theirs.
+STORED_RENDERS = [
+    ({}, "47838c4c6f12e320e177ea36ca278bc533777718d6d5fa20431c779cba0a5b3a"),  # the default
+    ({"bm": 32, "bn": 32, "warps_m": 1, "warps_n": 2, "warps_k": 8, "k_unroll": 2},
+     "310267d17dc1bde5346ece6541f447bc0f983fcce1672bf8088a1fd8a1866538"),
 ]
 
 
@@ -60,6 +75,28 @@ def test_invalid_configs_are_pruned_with_the_reason(config, reason):
     assert why is not None and reason in why, why
 
 
+def test_configs_stored_before_cluster_k_render_byte_for_byte():
+    for changes, stored_hash in STORED_RENDERS:
+        params = {k: v for k, v in config_params(cfg(**changes)).items() if k != "cluster_k"}  # as stored
+        assert source_hash(FAMILY.render(FAMILY.make(params))) == stored_hash, changes
+    assert "cluster" not in FAMILY.render(DEFAULT).lower() and "cluster_k" not in config_name(FAMILY, DEFAULT)
+
+
+def test_cluster_k_cuts_k_over_a_cluster_in_one_launch():
+    source = FAMILY.render(cfg(cluster_k=4))
+    for text in ("constexpr int CLUSTER_K = 4;", "cudaLaunchAttributeClusterDimension", "barrier.cluster.arrive.release",
+                 "mapa.shared::cluster", "const int k_end = min(K, k_begin + k_range);", "cluster_k   = 4",
+                 "through distributed shared memory"):
+        assert text in source, text
+    assert "NonPortableClusterSize" not in source and "cudal2_workspace_bytes" not in source
+    assert "cudaFuncAttributeNonPortableClusterSizeAllowed, 1" in FAMILY.render(CLUSTER_16)
+    assert config_name(FAMILY, cfg(cluster_k=4)).endswith("-cluster_k4")
+    assert FAMILY.tiling(cfg(cluster_k=4)) == Tiling(32, 64, 64, 4, cluster_reduce=True)
+    assert FAMILY.tiling(DEFAULT) == Tiling(32, 64, 64)
+    assert cfg(cluster_k=4).reduce_smem_bytes == 2 * 32 * 64 * 4  # both K-warps' partials: the cluster reads them
+    assert "thread-block clusters" in FAMILY.prune(cfg(cluster_k=2), "sm_80")
+
+
 def test_source_is_one_launch_without_workspace():
     source = FAMILY.render(DEFAULT)
     assert source.count("<<<") == 3  # the three load paths, one launched per call
@@ -78,12 +115,19 @@ def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate_many(FAMILY, SAMPLE, tmp_path)
 
 
+@pytest.mark.nvcc
+def test_a_16_cta_cluster_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
+    family_checks.compile_sample(FAMILY, [CLUSTER_16], tmp_path / "build")
+    family_checks.emulate(FAMILY, CLUSTER_16, tmp_path, CLUSTER_16_SHAPES)
+
+
 GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(77, 1000, 333), Task(64, 64, 16384),
               Task(100, 130, 1001), Task(4096, 11008, 4096))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", SAMPLE, ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-{c.acc.value}")
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16],
+                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
