@@ -9,7 +9,7 @@ import pytest
 
 from cudal2.kernels.family import config_name, config_params
 from cudal2.kernels.sm80 import Reduce, Sm80Config, Sm80Family
-from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.types import Acc, Status, Task
 from tests.kernels import family_checks
 
@@ -112,6 +112,14 @@ def test_cluster_reduction_source_and_the_older_configs_unchanged():
     # Clusters up to the portable 8 CTAs launch as before (their stored sources unchanged); 16 opt in to more.
     assert "NonPortableClusterSize" not in source
     assert "cudaFuncAttributeNonPortableClusterSizeAllowed, 1" in FAMILY.render(SAMPLE[6])
+
+
+def test_a_stored_16_cta_cluster_config_renders_byte_for_byte():
+    """A source of the committed H200 store with the non-portable opt-in (split_k 16 summed in the cluster), measured
+    before the opt-in's text moved to cuda_parts: its config must render to it byte for byte."""
+    stored = FAMILY.make({"bm": 64, "bn": 64, "bk": 64, "warps_m": 4, "warps_n": 1, "stages": 5, "split_k": 16,
+                          "group_m": 1, "min_blocks": 1, "acc": "fp32", "reduce": "cluster", "pdl": False})
+    assert source_hash(FAMILY.render(stored)) == "927ffaf0e56f88611acd90bf2deb4c65148dd3243398635f58c811e4a50e3884"
 
 
 def test_only_the_workspace_reduction_renders_batched_loads():
