@@ -4,6 +4,7 @@ back into the store the device grew, with the same row ids (the store's readers 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 import sqlite3
 import subprocess
@@ -166,6 +167,18 @@ def test_cli_store_commands_and_their_one_line_errors(tmp_path, committed):
 
 
 COMMITTED_STORE = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
+
+
+# The committed base, the store as the thirty-second session committed it. A device call's rows go into a delta;
+# committing a grown base instead adds 37 MiB to every clone and once made a submission too large to land.
+COMMITTED_a5e693b2c6cd92fdf3ac22ce05a77be5568a96e45fcebe025e52990faa0c8c02256 = "a5e693b2c6cd92fdf3ac22ce05a77be5568a96e45fcebe025e52990faa0c8c02"
+
+
+def test_the_committed_base_is_never_rewritten():
+    digest = hashlib.sha256(COMMITTED_STORE.read_bytes()).hexdigest()
+    assert digest == COMMITTED_a5e693b2c6cd92fdf3ac22ce05a77be5568a96e45fcebe025e52990faa0c8c02256, (
+        f"{COMMITTED_STORE.name} changed: add a device call's rows as a delta instead "
+        "(cudal2 store delta --db grid_delta.sqlite.gz --committed benchmarks/stores/h200_grid.sqlite.gz)")
 
 
 def test_the_committed_h200_store_assembles_with_every_delta(tmp_path):
