@@ -2,7 +2,7 @@
 
 At these sizes a call costs about one kernel launch (~0.5 us in a CUDA graph) plus a memory round trip; cuBLAS
 takes ~2 us at 64^3. Every config renders one source with a single kernel and no workspace, no shared-memory
-pipeline and no host-side setup beyond the launch:
+pipeline and no host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once):
 
     fragments   each lane loads its mma.sync m16n8k16 A and B fragments straight from global memory (no shared
                 memory staging, no barriers in the main loop); one 16-byte load per lane covers two k16 steps
@@ -13,7 +13,8 @@ pipeline and no host-side setup beyond the launch:
                 thread-block cluster; every K-warp of every CTA parks its fp32 partial in its CTA's shared memory
                 and the CTAs sum the tile through distributed shared memory in a fixed order (deterministic), in the
                 same launch: long K on few output tiles reaches up to 16x more SMs. The launch takes
-                cudaLaunchKernelEx, and over 8 CTAs the non-portable cluster-size attribute, set once
+                cudaLaunchKernelEx, and over 8 CTAs the non-portable cluster-size attribute, set once per
+                instantiation.
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
