@@ -564,8 +564,8 @@ def headrooms(entries: Iterable[Entry], gpu: GpuFigures) -> list[Headroom]:
     """The verified entries that have both a kernel and a cuBLAS median, against `gpu`'s bound."""
     out = []
     for e in entries:
-        cand = e.result.timings.get("candidate") if e.result is not None else None
-        cublas = e.result.timings.get("cublas") if e.result is not None else None
+        timings = e.result.timings if e.result is not None else {}
+        cand, cublas = timings.get("candidate"), timings.get("cublas")
         if cand is not None and cublas is not None:
             out.append(Headroom(e, bound(e.task, gpu), cand.median_us, cublas.median_us))
     return out

@@ -603,8 +603,8 @@ def won_by(store: ResultStore, log: TuneLog, tasks: Sequence[Task], gpu: str,
     names = {f.name for f in families}
     won = []
     for task in tasks:
-        best = store.best(task, gpu, mode=Mode.OFFLINE, baseline=None, limit=1)
-        record = log.config_of(best[0][0]) if best else None
+        chosen = store.chosen(task, gpu)  # the kernel a report shows and a user deploys
+        record = log.config_of(chosen[0][0]) if chosen else None
         if record is not None and record.family in names:
             won.append(task)
     return tuple(won)
