@@ -39,7 +39,9 @@ batch dimensions to 2-D. Kernels are built once per source with the evaluator's 
 content-addressed on-disk cache (a hit when this machine evaluated them), then loaded with ctypes and called
 with raw pointers on torch.cuda.current_stream(); workspace comes from torch's caching allocator, so calls are
 safe to capture. Building happens on the first call of a shape (or all at once: load_library(build=True)):
-call each shape once before capturing a CUDA graph, as torch requires for any op.
+call each shape once before capturing a CUDA graph, as torch requires for any op. One exception to stream
+safety: a small-family kernel with grid_k > 1 keeps its tiles' tickets in the library's own device memory
+(cudal2/kernels/small.py), so the same library must not run on two streams at the same time.
 
 Units: times are microseconds (`_us`), speedups are torch's time over ours (>1: faster than torch.matmul).
 """

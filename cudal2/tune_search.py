@@ -324,12 +324,12 @@ class FillSearch(PlannedSearch):
         measured = {c.name for c in own}
         # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would crowd out
         # a different cut.
-        seen: set[tuple[int, int, int, bool, bool]] = set()
+        seen: set[tuple[int, int, int, bool, bool, bool]] = set()
         fresh = []
         estimated = sorted(((estimate_us(t, target, self.sms), c.name, t, c) for t, c in by_tiling.items()),
                            key=lambda e: e[:2])
         for est, _, t, cand in estimated:
-            key = (t.bm, t.bn, t.splits, t.stream_k, t.cluster_reduce)
+            key = (t.bm, t.bn, t.splits, t.stream_k, t.cluster_reduce, t.last_arrival)
             if est <= limit and cand.name not in measured and key not in seen:
                 seen.add(key)
                 fresh.append(cand)
@@ -544,6 +544,9 @@ DSMEM_BYTES_PER_US = 20.0e6
 # An ordered (deterministic) workspace reduction: each K range of a tile waits for the one before it to add its
 # partial, so the ranges' adds run one after another, each a flag round trip plus a tile read and written by one CTA.
 SERIAL_STEP_US = 1.0
+# A last-arrival reduction (small family, grid_k): no second kernel, one ticket round trip, then the last CTA of a
+# tile reads the groups' partials from L2. Not fitted (no such kernel was measured yet): a guess like the cluster's.
+LAST_ARRIVAL_US = 1.0
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:
@@ -568,6 +571,8 @@ def estimate_us(t: Tiling, task: Task, sms: int) -> float:
         reduce = 0.0
     elif t.cluster_reduce:  # parked in shared memory, read over the cluster's SM-to-SM network: no second pass
         reduce = CLUSTER_SYNC_US + 4 * partial_tiles * t.bm * t.bn / DSMEM_BYTES_PER_US
+    elif t.last_arrival:  # through L2 to the tile's last CTA, in the same launch
+        reduce = LAST_ARRIVAL_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
     else:
         reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
         if t.serial_reduce:  # the chain of a tile's K ranges (stream-K: about two peers per shared tile)

@@ -24,7 +24,7 @@
 #           grid and on the LLM shapes each, NEIGHBOURS_MINUTES (default 0) of `--strategy neighbours` on the
 #           NEIGHBOURS_WORST (60) slowest shapes of NEIGHBOURS_SHAPES (data/grid.csv; data/llm_shapes.csv works too)
 #           with 2^NEIGHBOURS_MIN_LOG2_MNK (36: the large bucket) <= MNK < 2^NEIGHBOURS_MAX_LOG2_MNK (64) and
-#           K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
+#           NEIGHBOURS_MIN_K <= K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
 #           (space-separated, e.g. "epi_n"; default: every parameter), from the families NEIGHBOURS_FAMILIES names
 #           (e.g. "small sm80_mma"; default all), with NEIGHBOURS_WON_ONLY=1 only on the shapes those families win,
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
@@ -218,13 +218,13 @@ if [[ $what == grid ]]; then
       grid_tune --shapes "$set" --strategy rerender --budget-minutes "$RERENDER_MINUTES"
     done
   fi
-  mnk_subset() {  # shapes CSV, min log2 MNK, max log2 MNK (exclusive), output CSV[, max K]: the header, rows in range
-    awk -F, -v lo="$2" -v hi="$3" -v kmax="${5:-0}" \
-      'NR == 1 || ($1 * $2 * $3 >= 2 ^ lo && $1 * $2 * $3 < 2 ^ hi && (kmax == 0 || $3 <= kmax))' "$1" > "$4"
+  mnk_subset() {  # shapes CSV, min log2 MNK, max log2 MNK (exclusive), output CSV[, max K[, min K]]: the header, rows in range
+    awk -F, -v lo="$2" -v hi="$3" -v kmax="${5:-0}" -v kmin="${6:-0}" \
+      'NR == 1 || ($1 * $2 * $3 >= 2 ^ lo && $1 * $2 * $3 < 2 ^ hi && (kmax == 0 || $3 <= kmax) && $3 >= kmin)' "$1" > "$4"
   }
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
     mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
-      /tmp/grid-out/neighbours.csv "${NEIGHBOURS_MAX_K:-0}"
+      /tmp/grid-out/neighbours.csv "${NEIGHBOURS_MAX_K:-0}" "${NEIGHBOURS_MIN_K:-0}"
     step=()  # what a step may change, from which families, on which shapes
     for param in ${NEIGHBOURS_VARY:-}; do step+=(--vary "$param"); done
     for family in ${NEIGHBOURS_FAMILIES:-}; do step+=(--family "$family"); done

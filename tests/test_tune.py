@@ -211,6 +211,9 @@ def test_wave_model_charges_whole_waves_and_split_partials():
     assert estimate_us(replace(tile, splits=4), skinny, sms) < estimate_us(tile, skinny, sms)
     # With a full wave of tiles already, splitting only adds partials.
     assert estimate_us(replace(tile, splits=2), full, sms) > estimate_us(tile, full, sms)
+    # Summed by the last CTA to arrive in the same launch: no second kernel's fixed cost.
+    assert estimate_us(replace(tile, splits=4, last_arrival=True), skinny, sms) < \
+        estimate_us(replace(tile, splits=4), skinny, sms)
 
 
 def _sm90(**kw) -> Candidate:

@@ -83,6 +83,20 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 }
 """
 
+# The last-arrival reduction (small family, grid_k): the CTAs of one output tile write their fp32 partials to the
+# workspace and take a ticket; the one that finds every other arrival in sums them, in one launch. The pattern of the
+# CUDA samples' threadFenceReduction: every writer fences before its CTA takes the ticket; the last arrival fences
+# before it reads, and reads past L1 (not coherent between SMs).
+LAST_ARRIVAL = """\
+__device__ __forceinline__ void fence_gpu() { __threadfence(); }
+// The ticket's value before this arrival; the last of n arrivals reads n - 1.
+__device__ __forceinline__ unsigned int ticket_arrive(unsigned int* ticket) { return atomicAdd(ticket, 1u); }
+// Called by the last arrival only: the ticket is zero again for the next launch (kernels on a stream do not overlap).
+__device__ __forceinline__ void ticket_reset(unsigned int* ticket) { atomicExch(ticket, 0u); }
+__device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { __stcg(p, v); }
+__device__ __forceinline__ float2 load_l2_f2(const float2* p) { return __ldcg(p); }
+"""
+
 # Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,
 # "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
 MAX_PORTABLE_CLUSTER = 8

@@ -45,7 +45,9 @@ class Tiling:
     the K loop of every tile is cut into `splits` ranges on different CTAs (partials summed afterwards); with
     `stream_k` the scheduler also shares the last wave's K loops among all SMs, so the wave count is fractional;
     `cluster_reduce`: a tile's K ranges sum their partials through a cluster's shared memory, not the workspace;
-    `serial_reduce`: they add their partials to the workspace one after another, each waiting for the one before."""
+    `serial_reduce`: they add their partials to the workspace one after another, each waiting for the one before;
+    `last_arrival`: they leave their partials in the workspace and the last to arrive at the tile's ticket adds them,
+    in the same launch (a cluster's CTAs first sum theirs through its shared memory)."""
 
     bm: int
     bn: int
@@ -54,6 +56,7 @@ class Tiling:
     stream_k: bool = False
     cluster_reduce: bool = False
     serial_reduce: bool = False
+    last_arrival: bool = False
 
 
 class KernelFamily(Protocol):

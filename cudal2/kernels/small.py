@@ -1,8 +1,8 @@
 """Small-shape HGEMM family: one lean launch for launch-bound shapes (MNK below ~2^27, e.g. 64x64x64, 128x4096x64).
 
 At these sizes a call costs about one kernel launch (~0.5 us in a CUDA graph) plus a memory round trip; cuBLAS
-takes ~2 us at 64^3. Every config renders one source with a single kernel and no workspace, no shared-memory
-pipeline and no host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once):
+takes ~2 us at 64^3. Every config renders one source with a single kernel, no shared-memory pipeline and no
+host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once), and no workspace but grid_k's:
 
     fragments   each lane loads its mma.sync m16n8k16 A and B fragments straight from global memory (no shared
                 memory staging, no barriers in the main loop); one 16-byte load per lane covers two k16 steps
@@ -15,6 +15,12 @@ pipeline and no host-side setup beyond the launch (clusters over 8 CTAs: one att
                 same launch: long K on few output tiles reaches up to 16x more SMs. The launch takes
                 cudaLaunchKernelEx, and over 8 CTAs the non-portable cluster-size attribute, set once per
                 instantiation.
+    grid_k      (any arch) GRID_K groups of CTAs (or of clusters) per tile, each on its own K range: each group's
+                sum goes to the workspace and the group that arrives last at the tile's ticket adds the groups' sums
+                in order 0, 1, ... (deterministic) and stores the tile, in the same launch: past a cluster's 16 CTAs,
+                and with no cluster on sm_80. The tickets are the library's own device memory (zero at load, reset
+                by each tile's last arrival), so two calls of one library must not run at the same time on two
+                streams; a shape with more than MAX_TICKETS tile ranks runs with one group (no workspace).
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
@@ -40,13 +46,18 @@ OVERHEAD_REGS = 24  # addresses, loop counters, predicates beyond accumulators a
 # slower than sm80_mma, and timing one on a 2^38-FLOP shape would take seconds of GPU time per call. The kernels
 # themselves are correct for every shape.
 MAX_MNK = 1 << 30
+PARK_FLAG_BYTES = 16  # after the parked tiles: the last-arrival flag a CTA's thread 0 shares with the others
+# grid_k's tickets, one per (output tile, CTA rank): 256 KiB of device memory per library. A 2^30-MNK shape with K = 64
+# cut into 32 x 32 tiles has 16384 tiles; with more tile ranks than this a grid_k config runs with one group.
+MAX_TICKETS = 1 << 16
 
 
 @dataclass(frozen=True)
 class SmallConfig:
     """One kernel: a bm x bn tile per block, warps_m x warps_n x warps_k warps, k_unroll 32-wide K steps per load
     batch (loads of a batch are all issued before its mma); cluster_k CTAs (a cluster) per tile, each on its own K
-    range (1: one CTA per tile, as before the field existed)."""
+    range (1: one CTA per tile, as before the field existed); grid_k groups of such CTAs or clusters per tile, summed
+    by the last to arrive through the workspace (1: none)."""
 
     bm: int
     bn: int
@@ -56,6 +67,7 @@ class SmallConfig:
     k_unroll: int
     acc: Acc
     cluster_k: int = field(default=1, metadata=ADDED_LATER)
+    grid_k: int = field(default=1, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -70,11 +82,18 @@ class SmallConfig:
         return self.bn // self.warps_n
 
     @property
+    def parks_all(self) -> bool:
+        """Whether every K-warp parks its partial (the sums then run over the parked tiles: clusters and grid_k), not
+        only K-warps 1.. for K-warp 0 to add in its registers."""
+        return self.cluster_k > 1 or self.grid_k > 1
+
+    @property
     def reduce_smem_bytes(self) -> int:
-        """fp32 partial tiles parked for the K sums: those of K-warps 1..warps_k-1 in a lone CTA (K-warp 0 adds them
-        in its registers); every K-warp's in a cluster (all of them are read by the cluster's CTAs)."""
-        parked = self.warps_k if self.cluster_k > 1 else self.warps_k - 1
-        return parked * self.bm * self.bn * 4
+        """Shared memory of the K sums: the fp32 partial tiles of K-warps 1..warps_k-1 in a lone CTA; of every
+        K-warp, and a 16-byte flag, when every K-warp parks (parks_all)."""
+        if self.parks_all:
+            return self.warps_k * self.bm * self.bn * 4 + PARK_FLAG_BYTES
+        return (self.warps_k - 1) * self.bm * self.bn * 4
 
     @property
     def est_registers(self) -> int:
@@ -92,6 +111,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "k_unroll": (1, 2, 4),
     "acc": tuple(Acc),
     "cluster_k": (1, 2, 4, 8, cuda_parts.MAX_CLUSTER),
+    "grid_k": (1, 2, 4, 8, 16, 32),
 }
 
 
@@ -100,8 +120,8 @@ class SmallFamily:
 
     name = "small"
     archs = ("sm_80", "sm_90a")
-    # warps_k splits K inside a block (the block's code); cluster_k splits it over CTAs: the cut.
-    decomposition = ("cluster_k",)
+    # warps_k splits K inside a block (the block's code); cluster_k and grid_k split it over CTAs: the cut.
+    decomposition = ("cluster_k", "grid_k")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -143,9 +163,10 @@ class SmallFamily:
         return None
 
     def tiling(self, cfg: SmallConfig) -> Tiling:
-        # cluster_k CTAs per output tile, summed in the cluster; a CTA's warps_k warp groups each take k_unroll
-        # 32-wide K steps per batch.
-        return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k, cfg.cluster_k, cluster_reduce=cfg.cluster_k > 1)
+        # cluster_k x grid_k CTAs per output tile (summed in the cluster, then by the last group to arrive); a CTA's
+        # warps_k warp groups each take k_unroll 32-wide K steps per batch.
+        return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k, cfg.cluster_k * cfg.grid_k,
+                      cluster_reduce=cfg.cluster_k > 1 and cfg.grid_k == 1, last_arrival=cfg.grid_k > 1)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[SmallConfig]:
         """No config: one lean launch, with no tile or split-K choice that cuBLASLt's algorithms map onto."""
@@ -165,20 +186,18 @@ class SmallFamily:
 
 def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
-    cluster = cfg.cluster_k > 1
-    opt_in = cuda_parts.non_portable_opt_in("small_hgemm_kernel<kLoad>", "CLUSTER_K") \
-        if cfg.cluster_k > MAX_PORTABLE_CLUSTER else ""
+    cluster, grid, parked = cfg.cluster_k > 1, cfg.grid_k > 1, cfg.parks_all
     design = f"""\
 Config {config_name(family, cfg)}
 {cuda_parts.config_lines(cfg)}
 
 C[M,N] = A[M,K] * B[N,K]^T ("TN", torch.nn.functional.linear's layout), all row-major half in memory:
-C[m][n] = sum_k A[m*K + k] * B[n*K + k]; {cfg.acc.value} accumulation. One launch, no workspace.
+C[m][n] = sum_k A[m*K + k] * B[n*K + k]; {cfg.acc.value} accumulation. {_workspace_text(cfg)}
 
 Tiling
   Block tile {cfg.bm} (M) x {cfg.bn} (N), grid (ceil(N/{cfg.bn}), ceil(M/{cfg.bm})); {cfg.threads} threads =
   {cfg.warps_m} (M) x {cfg.warps_n} (N) x {cfg.warps_k} (K) warps. Warp tile {cfg.warp_m} x {cfg.warp_n} = {mi} m16 x {ni} n8
-  accumulator tiles. K-warp w takes the {32 * cfg.k_unroll}-wide K chunks w, w + {cfg.warps_k}, w + {2 * cfg.warps_k}, ...{_cluster_tiling_text(cfg)}
+  accumulator tiles. K-warp w takes the {32 * cfg.k_unroll}-wide K chunks w, w + {cfg.warps_k}, w + {2 * cfg.warps_k}, ...{_cut_text(cfg)}
 Fragments straight from global memory (no shared memory in the main loop)
   Per 32-wide K step lane (g, t) loads 8 consecutive halves k0 + 8t .. k0 + 8t + 7 of A rows g and g+8 (per m16
   tile) and of B row g (per n8 tile): words w0..w3 (2 halves each). mma k-step 0 takes a = (lo.w0, hi.w0,
@@ -202,51 +221,99 @@ Shapes
             ("int", "WARPS_N", str(cfg.warps_n), "warps along N"),
             ("int", "WARPS_K", str(cfg.warps_k), "warps sharing one output tile, splitting K"),
             ("int", "K_UNROLL", str(cfg.k_unroll), "32-wide K steps loaded per batch"),
-            *([("int", "CLUSTER_K", str(cfg.cluster_k), "CTAs per tile (one cluster), each on its own K range")]
-              if cluster else []),
+            *_parked_constants(cfg),
         ]),
         "accumulator": cuda_parts.accumulator(cfg.acc),
         "store_pair": cuda_parts.STORE_PAIR,
-        "cluster_ptx": cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX + "\n" if cluster else "",
-        "k_loop": _CLUSTER_K_LOOP if cluster else _K_LOOP,
-        "epilogue": _CLUSTER_EPILOGUE if cluster else _EPILOGUE,
-        "cluster_launch": _CLUSTER_LAUNCH.substitute(opt_in=opt_in) if cluster else "",
-        "grid_z": ", CLUSTER_K" if cluster else "",
-        "dispatch": _CLUSTER_DISPATCH if cluster else _DISPATCH,
+        "cut_helpers": "".join([cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX if cluster else "",
+                                cuda_parts.LAST_ARRIVAL + _TICKETS + _STORE_PARKED_PAIR if grid else "",
+                                _STORE_PARKED_PAIR if parked and not grid else "",
+                                "\n" if parked else ""]),
+        "ws_param": ", float2* __restrict__ ws" if grid else "",
+        "k_loop": _RANGE_K_LOOP if parked else _K_LOOP,
+        "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE,
+        "cut_launch": _parked_launch(cfg) if parked else "",
+        "workspace_fn": _WORKSPACE_FN if grid else "",
+        "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
+        "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "")
+        if parked else _DISPATCH,
     }
 
 
-def _cluster_tiling_text(cfg: SmallConfig) -> str:
-    if cfg.cluster_k == 1:
+def _parked_constants(cfg: SmallConfig) -> list[tuple[str, str, str, str]]:
+    """The cut's constants, for the configs whose K-warps all park (none at cluster_k = grid_k = 1)."""
+    if not cfg.parks_all:
+        return []
+    rows = [("int", "CLUSTER_K", str(cfg.cluster_k), "CTAs per tile (one cluster), each on its own K range"),
+            ("int", "PARK_BYTES", str(cfg.reduce_smem_bytes),
+             "dynamic shared memory: every K-warp's fp32 partial tile, then a 16-byte flag"),
+            ("int", "PARK_FLAG_BYTES", str(PARK_FLAG_BYTES), "the flag's bytes, at the end of PARK_BYTES")]
+    if cfg.grid_k > 1:
+        rows += [("int", "GRID_K", str(cfg.grid_k), "groups of CLUSTER_K CTAs per tile, summed through the workspace"),
+                 ("int", "MAX_TICKETS", str(MAX_TICKETS), "tile ranks with a ticket: more run with one group")]
+    return rows
+
+
+def _workspace_text(cfg: SmallConfig) -> str:
+    if cfg.grid_k == 1:
+        return "One launch, no workspace."
+    return (f"One launch;\nthe workspace holds {cfg.grid_k} fp32 partial tiles per output tile "
+            f"(cudal2_workspace_bytes: {cfg.grid_k} x tiles x {cfg.bm} x {cfg.bn} x 4 B).")
+
+
+
+def _cut_text(cfg: SmallConfig) -> str:
+    if not cfg.parks_all:
         return ""
-    opt_in = (f", over {MAX_PORTABLE_CLUSTER} with the non-portable cluster-size opt-in"
-              if cfg.cluster_k > MAX_PORTABLE_CLUSTER else "")
-    return f"""
+    batch = f"whole {32 * cfg.k_unroll * cfg.warps_k}-wide load batches"
+    if cfg.grid_k == 1:
+        opt_in = (f", over {MAX_PORTABLE_CLUSTER} with the non-portable cluster-size opt-in"
+                  if cfg.cluster_k > MAX_PORTABLE_CLUSTER else "")
+        return f"""
   Grid z = {cfg.cluster_k}: the {cfg.cluster_k} CTAs of a tile form one thread-block cluster (cudaLaunchKernelEx, cluster dims
-  1 x 1 x {cfg.cluster_k}{opt_in}); CTA z walks the z-th of {cfg.cluster_k} K ranges of whole {32 * cfg.k_unroll * cfg.warps_k}-wide load batches."""
+  1 x 1 x {cfg.cluster_k}{opt_in}); CTA z walks the z-th of {cfg.cluster_k} K ranges of {batch}."""
+    group = (f"one thread-block cluster of {cfg.cluster_k} CTAs (cluster dims 1 x 1 x {cfg.cluster_k})"
+             if cfg.cluster_k > 1 else "one CTA")
+    return f"""
+  Grid z = {cfg.cluster_k * cfg.grid_k}: {cfg.grid_k} groups per tile, each {group};
+  CTA z walks the z-th of {cfg.cluster_k * cfg.grid_k} K ranges of {batch}. A shape with more than
+  MAX_TICKETS = {MAX_TICKETS} tiles x {cfg.cluster_k} runs with one group (grid z = {cfg.cluster_k}, no workspace)."""
 
 
 def _k_reduction_text(cfg: SmallConfig) -> str:
-    if cfg.cluster_k == 1:
+    if not cfg.parks_all:
         return f"""K reduction ({cfg.warps_k} K-warps)
   K-warps 1..{cfg.warps_k - 1} park fp32 partials in shared memory ({cfg.reduce_smem_bytes} B, lane-major: conflict free);
   after one barrier K-warp 0 adds them in order 1, 2, ... (deterministic) and stores the tile."""
-    return f"""K reduction ({cfg.warps_k} K-warps x {cfg.cluster_k} CTAs, through distributed shared memory)
-  Every K-warp parks its fp32 partial in its CTA's dynamic shared memory ({cfg.reduce_smem_bytes} B, lane-major float2
-  pairs); after a cluster barrier CTA r sums the pairs r * THREADS + i, + {cfg.cluster_k} * THREADS, ... over CTAs 0, 1, ...
-  and their K-warps 0, 1, ... in that order (deterministic), stores them, and waits at a second cluster barrier
-  so that no CTA's shared memory goes while another still reads it. One launch, no workspace."""
+    if cfg.cluster_k > 1:
+        sums = f"""after a cluster barrier CTA r sums the pairs r * THREADS + i, + {cfg.cluster_k} * THREADS, ... over CTAs 0, 1, ...
+  and their K-warps 0, 1, ... in that order (deterministic) through distributed shared memory, and waits at a second
+  cluster barrier so that no CTA's shared memory goes while another still reads it"""
+    else:
+        sums = """after a barrier the CTA's threads sum every pair over K-warps 0, 1, ... in that order (deterministic)"""
+    text = f"""K reduction ({cfg.warps_k} K-warps x {cfg.cluster_k} CTA(s) x {cfg.grid_k} group(s))
+  Every K-warp parks its fp32 partial in its CTA's dynamic shared memory ({cfg.reduce_smem_bytes} B with the flag,
+  lane-major float2 pairs); {sums}."""
+    if cfg.grid_k == 1:
+        return text + " The sums are stored: one launch, no workspace."
+    return text + f"""
+  With {cfg.grid_k} groups each CTA writes its sums to workspace[group][tile] (fp32 float2 pairs, past L1), fences
+  and, through thread 0, takes the ticket of (tile, its rank) in the library's own device memory. The CTA that
+  draws the last of the {cfg.grid_k} tickets resets it to zero, fences, and adds the {cfg.grid_k} groups' sums in order
+  0, 1, ... (deterministic: the same order whichever group arrives last) and stores them. The others exit."""
 
 
-# ---- the kernel's parts that cluster_k changes; at cluster_k = 1 the source is what it was before the field existed ----
+# ---- the kernel's parts that cluster_k and grid_k change; with both 1 the source is what it was before they existed ----
 
 # One CTA per tile: its K-warps walk all of K.
 _K_LOOP = "for (int kc = wk * K_CHUNK; kc < K; kc += K_STRIDE) {"
 
-# A cluster of CLUSTER_K CTAs per tile: CTA z (its rank) walks the z-th range of whole load batches (K_STRIDE), so no
-# batch straddles two ranges; the last range ends at K.
-_CLUSTER_K_LOOP = """// K range of this CTA: the blockIdx.z-th of CLUSTER_K ranges of whole load batches (K_STRIDE wide).
-    const int k_range = (K + CLUSTER_K * K_STRIDE - 1) / (CLUSTER_K * K_STRIDE) * K_STRIDE;
+# gridDim.z CTAs per tile (CLUSTER_K per cluster x the groups): CTA z walks the z-th range of whole load batches
+# (K_STRIDE), so no batch straddles two ranges; the last range ends at K, and a range past K is empty (its CTA parks
+# zeros and still takes part in the sums).
+_RANGE_K_LOOP = """// K range of this CTA: the blockIdx.z-th of gridDim.z ranges of whole load batches (K_STRIDE wide).
+    const int ranges = (int)gridDim.z;
+    const int k_range = (K + ranges * K_STRIDE - 1) / (ranges * K_STRIDE) * K_STRIDE;
     const int k_begin = (int)blockIdx.z * k_range;
     const int k_end = min(K, k_begin + k_range);
     for (int kc = k_begin + wk * K_CHUNK; kc < k_end; kc += K_STRIDE) {"""
@@ -293,15 +360,26 @@ _EPILOGUE = """    float v[MI][NI][4];
     }
 """
 
-# A cluster per tile: every K-warp of every CTA parks its partial; CTA r then sums its share of the tile's float2
-# pairs over the cluster's CTAs 0, 1, ... and each one's K-warps 0, 1, ... in that order (bitwise reproducible) and
-# stores it; the second barrier keeps every CTA's shared memory alive until the others have read it. Every thread
-# stays to the end: the cluster barrier counts them all.
-_CLUSTER_EPILOGUE = """    // [WARPS_K][WARPS_MN][MI * NI * 2][32] float2: lane-major, so a warp's 32 pairs are 256 contiguous bytes.
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+# Where the pair e of a parked tile belongs in C: the parked layout's inverse (configs whose K-warps all park).
+_STORE_PARKED_PAIR = """\
+// [WARPS_K][WARPS_MN][LANE_PAIRS][32] float2 parked per CTA: lane-major, so a warp's 32 pairs are 256 contiguous bytes.
+constexpr int LANE_PAIRS = MI * NI * 2;            // float2 pairs per lane: MI * NI tiles x rows g, g + 8
+constexpr int PAIRS = WARPS_MN * LANE_PAIRS * 32;  // float2 pairs of one parked tile: BM * BN / 2
+// Store the sum of the tile's pair e: lane e % 32 of row pair j = (e / 32) % LANE_PAIRS of warp tile e / (32 * LANE_PAIRS).
+__device__ __forceinline__ void store_parked_pair(half* __restrict__ C, int M, int N, bool vec, int e, float2 sum) {
+    const int l = e % 32, j = (e / 32) % LANE_PAIRS, w_mn = e / (32 * LANE_PAIRS);
+    const int row = blockIdx.y * BM + (w_mn / WARPS_N) * WARP_M + (j / 2 / NI) * 16 + (l >> 2) + 8 * (j % 2);
+    const int col = blockIdx.x * BN + (w_mn % WARPS_N) * WARP_N + (j / 2 % NI) * 8 + 2 * (l & 3);
+    store_pair(C, M, N, vec, row, col, sum.x, sum.y);
+}
+"""
+
+# Every K-warp of every CTA parks its partial; the CTA (of a cluster: CTA r its share of the pairs, over the cluster's
+# CTAs 0, 1, ...) sums each pair over CTAs and K-warps in that order (bitwise reproducible); then the sums are stored,
+# or (grid_k) go to the workspace for the last group to arrive. Every thread stays to the cluster barriers: they count
+# them all.
+_PARKED_EPILOGUE = string.Template("""    extern __shared__ __align__(128) unsigned char smem_raw[];
     float2* park = reinterpret_cast<float2*>(smem_raw);
-    constexpr int LANE_PAIRS = ACC_FLOATS / 2;          // float2 pairs per lane: MI * NI tiles x rows g, g + 8
-    constexpr int PAIRS = WARPS_MN * LANE_PAIRS * 32;  // float2 pairs of one parked tile: BM * BN / 2
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -312,25 +390,80 @@ _CLUSTER_EPILOGUE = """    // [WARPS_K][WARPS_MN][MI * NI * 2][32] float2: lane-
             park[j * 32 + lane] = make_float2(v[0], v[1]);        // row g
             park[(j + 1) * 32 + lane] = make_float2(v[2], v[3]);  // row g + 8
         }
-    cluster_sync();  // every CTA's partials parked and visible to the whole cluster
-    const uint32_t base = smem_addr(park);
+    $park_sync
     const bool vec = vec_store != 0;
-    for (int e = (int)cluster_ctarank() * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
+    const int rank = $rank;  // this CTA's share of the pairs: rank * THREADS + i, + CLUSTER_K * THREADS, ...
+$sum_setup    for (int e = rank * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
         float2 sum = make_float2(0.0f, 0.0f);
         for (int z = 0; z < CLUSTER_K; ++z)
             for (int w = 0; w < WARPS_K; ++w) {
-                const float2 p = ld_cluster_f2(base + (uint32_t)((w * PAIRS + e) * sizeof(float2)), (uint32_t)z);
+                const float2 p = $read;
                 sum.x += p.x;
                 sum.y += p.y;
             }
-        // Pair e: lane e % 32 of row pair j = (e / 32) % LANE_PAIRS of warp tile e / (32 * LANE_PAIRS).
-        const int l = e % 32, j = (e / 32) % LANE_PAIRS, w_mn = e / (32 * LANE_PAIRS);
-        const int row = blockIdx.y * BM + (w_mn / WARPS_N) * WARP_M + (j / 2 / NI) * 16 + (l >> 2) + 8 * (j % 2);
-        const int col = blockIdx.x * BN + (w_mn % WARPS_N) * WARP_N + (j / 2 % NI) * 8 + 2 * (l & 3);
-        store_pair(C, M, N, vec, row, col, sum.x, sum.y);
-    }
-    cluster_sync();  // no CTA leaves while another still reads its shared memory
+$finish    }
+$after""")
+
+_CLUSTER_SUMS = {
+    "park_sync": "cluster_sync();  // every CTA's partials parked and visible to the whole cluster",
+    "rank": "(int)cluster_ctarank()",
+    "sum_setup": "    const uint32_t base = smem_addr(park);\n",
+    "read": "ld_cluster_f2(base + (uint32_t)((w * PAIRS + e) * sizeof(float2)), (uint32_t)z)",
+    "after": "    cluster_sync();  // no CTA leaves while another still reads its shared memory\n",
+}
+_CTA_SUMS = {  # grid_k without a cluster: CLUSTER_K = 1, so z is 0
+    "park_sync": "__syncthreads();  // every K-warp's partial parked",
+    "rank": "0",
+    "sum_setup": "",
+    "read": "park[w * PAIRS + e]",
+    "after": "",
+}
+
+_STORE_SUM = "        store_parked_pair(C, M, N, vec, e, sum);\n"
+
+# grid_k: the tile's groups meet at a ticket per (tile, CTA rank); the last to arrive adds the groups' sums.
+_GROUP_SUM = """        if (groups == 1) store_parked_pair(C, M, N, vec, e, sum);
+        else store_l2_f2(&ws[((size_t)group * tiles + tile) * PAIRS + e], sum);
 """
+_LAST_ARRIVAL = """    if (groups > 1) {
+        fence_gpu();      // this thread's workspace writes visible on every SM before its CTA takes the ticket
+        __syncthreads();  // ... and every other thread's
+        unsigned int* ticket = &g_tickets[tile * CLUSTER_K + rank];
+        volatile int* last = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
+        if (threadIdx.x == 0) *last = ticket_arrive(ticket) == (unsigned int)(GRID_K - 1);
+        __syncthreads();
+        if (!*last) return;  // another group adds this share
+        if (threadIdx.x == 0) ticket_reset(ticket);
+        fence_gpu();  // the other groups fenced their sums before their tickets: visible from here on
+#pragma unroll 4
+        for (int e = rank * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
+            float2 p[GRID_K];  // every group's pair loaded before any is added: GRID_K loads in flight
+#pragma unroll
+            for (int q = 0; q < GRID_K; ++q) p[q] = load_l2_f2(&ws[((size_t)q * tiles + tile) * PAIRS + e]);
+            float2 sum = p[0];
+#pragma unroll
+            for (int q = 1; q < GRID_K; ++q) {
+                sum.x += p[q].x;
+                sum.y += p[q].y;
+            }
+            store_parked_pair(C, M, N, vec, e, sum);
+        }
+    }
+"""
+
+
+def _parked_epilogue(cfg: SmallConfig) -> str:
+    parts = dict(_CLUSTER_SUMS if cfg.cluster_k > 1 else _CTA_SUMS)
+    if cfg.grid_k == 1:
+        return _PARKED_EPILOGUE.substitute(parts, finish=_STORE_SUM)
+    setup = """    // groups: GRID_K, or 1 where the shape has more tile ranks than tickets (then no workspace is used).
+    const int groups = (int)gridDim.z / CLUSTER_K, group = (int)blockIdx.z / CLUSTER_K;
+    const int tiles = (int)(gridDim.x * gridDim.y), tile = (int)(blockIdx.y * gridDim.x + blockIdx.x);
+"""
+    parts["sum_setup"] = setup + parts["sum_setup"]
+    parts["after"] += _LAST_ARRIVAL
+    return _PARKED_EPILOGUE.substitute(parts, finish=_GROUP_SUM)
+
 
 _DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0)
         small_hgemm_kernel<LOAD_VEC16><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
@@ -341,32 +474,81 @@ _DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0)
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 """
 
-_CLUSTER_DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0) return launch_cluster<LOAD_VEC16>(grid, A, B, C, M, N, K, vec_store, stream);
-    if (K % 2 == 0 && ab % 4 == 0) return launch_cluster<LOAD_PAIRS>(grid, A, B, C, M, N, K, vec_store, stream);
-    return launch_cluster<LOAD_SCALAR>(grid, A, B, C, M, N, K, vec_store, stream);
+_PARKED_DISPATCH = string.Template("""$ws_check    if (K % 8 == 0 && ab % 16 == 0) return launch_parked<LOAD_VEC16>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
+    if (K % 2 == 0 && ab % 4 == 0) return launch_parked<LOAD_PAIRS>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
+    return launch_parked<LOAD_SCALAR>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
+""")
+
+_WS_CHECK = """    float2* ws = static_cast<float2*>(workspace);
+    if (grid.z > (unsigned)CLUSTER_K &&  // groups: the partials go through the workspace
+        (ws == nullptr || workspace_bytes < workspace_needed(M, N) || reinterpret_cast<uintptr_t>(ws) % 8 != 0))
+        return 1;
 """
 
-# One cluster of CLUSTER_K CTAs (grid.z) per output tile, with the parked partials as dynamic shared memory.
-_CLUSTER_LAUNCH = string.Template("""template <int kLoad>
-int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int N, int K, int vec_store,
-                   cudaStream_t stream) {
+# Configs whose K-warps all park: PARK_BYTES of dynamic shared memory per CTA; with cluster_k a cluster of CLUSTER_K
+# CTAs (grid.z) per tile or group.
+_PARKED_LAUNCH = string.Template("""template <int kLoad>
+int launch_parked(dim3 grid, const half* A, const half* B, half* C, int M, int N, int K, int vec_store,$ws_param
+                  cudaStream_t stream) {
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(THREADS, 1, 1);
-    config.dynamicSmemBytes = (size_t)WARPS_K * BM * BN * sizeof(float);  // every K-warp's fp32 partial tile
+    config.dynamicSmemBytes = PARK_BYTES;  // every K-warp's fp32 partial tile, then the flag
     config.stream = stream;
-    cudaLaunchAttribute attr[1];
+$cluster_attr    ${opt_in}const cudaError_t err = cudaLaunchKernelEx(&config, small_hgemm_kernel<kLoad>, A, B, C, M, N, K, vec_store$ws_arg);
+    return err == cudaSuccess ? 0 : 1;
+}
+
+""")
+
+_CLUSTER_ATTR = """    cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 1;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = CLUSTER_K;
     config.attrs = attr;
     config.numAttrs = 1;
-    ${opt_in}const cudaError_t err = cudaLaunchKernelEx(&config, small_hgemm_kernel<kLoad>, A, B, C, M, N, K, vec_store);
-    return err == cudaSuccess ? 0 : 1;
+"""
+
+# grid_k: the tickets, the plan of groups and the workspace it needs (the same plan in cudal2_workspace_bytes and in
+# cudal2_hgemm's launch).
+_TICKETS = """// One ticket per (output tile, CTA rank in its cluster): the library's own device memory, zero when it loads and
+// reset to zero by each tile's last arrival, so zero between launches. Not shared between streams: two calls running
+// at once would draw from the same tickets.
+__device__ unsigned int g_tickets[MAX_TICKETS];
+"""
+
+_PLAN = """// Groups per tile: GRID_K where every tile rank has a ticket, else 1 (the K ranges of one cluster, no workspace).
+int plan_groups(int M, int N) {
+    const long long tiles = (long long)((N + BN - 1) / BN) * (long long)((M + BM - 1) / BM);
+    return tiles * CLUSTER_K <= MAX_TICKETS ? GRID_K : 1;
 }
 
-""")
+// Bytes of workspace: every group's fp32 sum of every tile.
+size_t workspace_needed(int M, int N) {
+    const int groups = plan_groups(M, N);
+    if (groups == 1) return 0;
+    const size_t tiles = (size_t)((N + BN - 1) / BN) * (size_t)((M + BM - 1) / BM);
+    return (size_t)groups * tiles * (size_t)BM * BN * sizeof(float);
+}
+
+"""
+
+_WORKSPACE_FN = """extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) {
+    (void)K;
+    return M < 1 || N < 1 ? 0 : workspace_needed(M, N);
+}
+
+"""
+
+
+def _parked_launch(cfg: SmallConfig) -> str:
+    opt_in = cuda_parts.non_portable_opt_in("small_hgemm_kernel<kLoad>", "CLUSTER_K") \
+        if cfg.cluster_k > MAX_PORTABLE_CLUSTER else ""
+    grid = cfg.grid_k > 1
+    launch = _PARKED_LAUNCH.substitute(ws_param=" float2* ws," if grid else "", ws_arg=", ws" if grid else "",
+                                       cluster_attr=_CLUSTER_ATTR if cfg.cluster_k > 1 else "", opt_in=opt_in)
+    return (_PLAN if grid else "") + launch
 
 
 _TEMPLATE = string.Template(r"""// Generated by cudal2.kernels.small (family small): single-launch register-fragment HGEMM for small shapes.
@@ -398,7 +580,7 @@ constexpr int LOAD_SCALAR = 2;  // eight 2-byte loads
 
 $accumulator
 $store_pair
-$cluster_ptx// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
+$cut_helpers// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
 template <int kLoad>
 __device__ __forceinline__ uint4 load8(const half* __restrict__ X, int rows, int K, int r, int k) {
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -427,7 +609,7 @@ __device__ __forceinline__ uint4 load8(const half* __restrict__ X, int rows, int
 template <int kLoad>
 __global__ void __launch_bounds__(THREADS)
 small_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* __restrict__ C, int M, int N,
-                   int K, int vec_store) {
+                   int K, int vec_store$ws_param) {
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int wk = warp / WARPS_MN;
@@ -475,9 +657,9 @@ small_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half*
 
 $epilogue}
 
-$cluster_launch}  // namespace
+$cut_launch}  // namespace
 
-extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+${workspace_fn}extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
                             size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
     (void)workspace_bytes;

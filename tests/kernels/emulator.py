@@ -14,12 +14,16 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
                        cluster dimension; a plain launch is a grid of 1-block clusters).
     PDL                griddepcontrol.launch_dependents / .wait: nothing to do, a grid runs to its end before the
                        next launch starts (the launch attribute is ignored).
+    last arrival       atomicAdd / atomicExch on a ticket as host atomics, __threadfence as a fence, loads and stores
+                       past L1 as plain ones (cuda_parts.LAST_ARRIVAL); the library's __device__ tickets are a host
+                       global, zero at start, so a ticket left nonzero shows in the next call.
 
 One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
-cluster at the same time, each with its own shared memory, clusters one after the other. The driver fills A and B
-with random halves, surrounds C and the workspace with guard bands (and fills the workspace with garbage), calls
-cudal2_hgemm with optional misaligned pointers and checks the result against a double-precision reference rounded
-to half.
+cluster at the same time, each with its own shared memory, clusters one after the other in a shuffled order (new
+for every launch), so a kernel that needs its blocks in grid order fails. The driver fills A and B with random
+halves, surrounds C and the workspace with guard bands, calls cudal2_hgemm with optional misaligned pointers (one
+or more calls, each with the workspace filled with garbage and C with a sentinel first), checks the first result
+against a double-precision reference rounded to half and counts the halves where a later call differs from it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ _PRELUDE = r"""
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdio>
@@ -65,7 +70,8 @@ thread_local unsigned crank = 0;                    // the block's rank in its c
 thread_local std::barrier<>* cluster_bar = nullptr;
 thread_local std::vector<unsigned char*>* cluster_smem = nullptr;  // by rank
 size_t smem_size = 0;
-long long bank_conflicts = 0;  // ldmatrix phases (8 rows) hitting one 16-byte bank group twice
+long long bank_conflicts = 0;  // (see below)
+unsigned launches = 0;         // seeds each launch's cluster order  // ldmatrix phases (8 rows) hitting one 16-byte bank group twice
 
 struct Warp {
     std::barrier<>* bar;
@@ -184,9 +190,14 @@ void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, di
     if (smem_bytes > SMEM_CAP || nthreads % 32 != 0 || grid.x % cl.x || grid.y % cl.y || grid.z % cl.z)
         fail("launch configuration");
     smem_size = smem_bytes;
+    std::vector<dim3> origins;  // each cluster's first block
     for (unsigned z0 = 0; z0 < grid.z; z0 += cl.z)
         for (unsigned y0 = 0; y0 < grid.y; y0 += cl.y)
-            for (unsigned x0 = 0; x0 < grid.x; x0 += cl.x) {
+            for (unsigned x0 = 0; x0 < grid.x; x0 += cl.x) origins.push_back(dim3(x0, y0, z0));
+    std::mt19937 order_rng(1000 + launches++);
+    std::shuffle(origins.begin(), origins.end(), order_rng);
+    for (const dim3& o : origins) {
+                const unsigned x0 = o.x, y0 = o.y, z0 = o.z;
                 std::vector<std::unique_ptr<unsigned char[]>> bufs;
                 std::vector<unsigned char*> ptrs;
                 std::vector<std::unique_ptr<std::barrier<>>> owned;
@@ -283,6 +294,14 @@ __device__ __forceinline__ uint32_t cluster_ctarank() { return emu::crank; }
 __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) { return emu::ld_cluster_f2(addr, rank); }
 """
 
+_EMU_LAST_ARRIVAL = """\
+__device__ __forceinline__ void fence_gpu() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+__device__ __forceinline__ unsigned int ticket_arrive(unsigned int* t) { return __atomic_fetch_add(t, 1u, __ATOMIC_SEQ_CST); }
+__device__ __forceinline__ void ticket_reset(unsigned int* t) { __atomic_store_n(t, 0u, __ATOMIC_SEQ_CST); }
+__device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { *p = v; }
+__device__ __forceinline__ float2 load_l2_f2(const float2* p) { return *p; }
+"""
+
 _EMU_ACC = {
     Acc.FP32: """\
 struct AccFrag {
@@ -321,11 +340,12 @@ __device__ __forceinline__ void acc_to_float(const AccFrag& d, float (&v)[4]) {
 _DRIVER = r"""
 extern "C" size_t cudal2_workspace_bytes(int M, int N, int K) __attribute__((weak));
 
-// argv: M N K offA offB offC (offsets in halves, to misalign the pointers). Prints one result line.
+// argv: M N K offA offB offC [CALLS] (offsets in halves, to misalign the pointers). Prints one result line.
 int main(int argc, char** argv) {
-    if (argc != 7) return 2;
+    if (argc != 7 && argc != 8) return 2;
     const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
     const int oa = atoi(argv[4]), ob = atoi(argv[5]), oc = atoi(argv[6]);
+    const int calls = argc == 8 ? atoi(argv[7]) : 1;
     const size_t GUARD = 64;  // halves (C) or bytes (workspace) of sentinel on each side
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -333,23 +353,31 @@ int main(int argc, char** argv) {
     for (auto& x : A) x = __float2half_rn(dist(rng));
     for (auto& x : B) x = __float2half_rn(dist(rng));
     const unsigned short SENT = 0x7bcd;
-    for (auto& x : C) x = __ushort_as_half(SENT);
     const size_t wsb = cudal2_workspace_bytes ? cudal2_workspace_bytes(M, N, K) : 0;
     unsigned char* wsraw = static_cast<unsigned char*>(aligned_alloc(256, (wsb + 2 * 256 + 255) / 256 * 256));
-    memset(wsraw, 0xab, wsb + 2 * 256);  // undefined contents on entry
     unsigned char* ws = wsraw + 256;
     half* a = A.data() + oa;
     half* b = B.data() + ob;
     half* c = C.data() + GUARD + oc;
-    const int rc = cudal2_hgemm(a, b, c, M, N, K, wsb ? ws : nullptr, wsb, nullptr);
-    if (rc != 0) {
-        printf("RESULT rc=%d\n", rc);
-        return 0;
+    std::vector<half> first;
+    size_t mismatch = 0;   // halves of C where a later call differs from the first (bitwise)
+    size_t guard_bad = 0;  // sentinels around C (first call) and the workspace (every call) that changed
+    for (int call = 0; call < calls; ++call) {
+        for (auto& x : C) x = __ushort_as_half(SENT);
+        memset(wsraw, 0xab + call, wsb + 2 * 256);  // undefined contents on entry, different every call
+        const int rc = cudal2_hgemm(a, b, c, M, N, K, wsb ? ws : nullptr, wsb, nullptr);
+        if (rc != 0) {
+            printf("RESULT rc=%d\n", rc);
+            return 0;
+        }
+        if (call == 0) first = C;
+        for (size_t i = 0; i < C.size(); ++i) mismatch += __half_as_ushort(C[i]) != __half_as_ushort(first[i]);
+        const unsigned char fill = (unsigned char)(0xab + call);
+        for (size_t i = 0; i < 256; ++i) guard_bad += (wsraw[i] != fill) + (ws[wsb + i] != fill);
     }
-    size_t guard_bad = 0;
+    C = first;
     for (size_t i = 0; i < GUARD + oc; ++i) guard_bad += __half_as_ushort(C[i]) != SENT;
     for (size_t i = GUARD + oc + (size_t)M * N; i < C.size(); ++i) guard_bad += __half_as_ushort(C[i]) != SENT;
-    for (size_t i = 0; i < 256; ++i) guard_bad += (wsraw[i] != 0xab) + (ws[wsb + i] != 0xab);
     double num = 0, den = 0, worst = 0;
     size_t nonfinite = 0;
     for (int m = 0; m < M; ++m)
@@ -364,8 +392,9 @@ int main(int argc, char** argv) {
             den += r16 * r16;
             worst = std::max(worst, std::fabs(got - r16));
         }
-    printf("RESULT rc=0 rel_err=%.3e max_abs=%.3e nonfinite=%zu guard_bad=%zu bank_conflicts=%lld ws=%zu\n",
-           den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst, nonfinite, guard_bad, emu::bank_conflicts, wsb);
+    printf("RESULT rc=0 rel_err=%.3e max_abs=%.3e nonfinite=%zu guard_bad=%zu bank_conflicts=%lld ws=%zu mismatch=%zu\n",
+           den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst, nonfinite, guard_bad, emu::bank_conflicts, wsb,
+           mismatch);
     return 0;
 }
 """
@@ -383,6 +412,7 @@ class EmuResult:
     guard_bad: int = 0  # sentinel halves/bytes around C and the workspace that changed
     bank_conflicts: int = 0
     workspace_bytes: int = 0
+    mismatch: int = 0  # halves of C where a later call differed from the first (bitwise; calls > 1)
 
 
 def cuda_include_dir() -> Path | None:
@@ -397,7 +427,7 @@ def cuda_include_dir() -> Path | None:
 def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
     for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.SMEM_ADDR, _EMU_SMEM_ADDR),
-                               (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER),
+                               (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER), (cuda_parts.LAST_ARRIVAL, _EMU_LAST_ARRIVAL),
                                (cuda_parts.accumulator(acc), _EMU_ACC[acc]), (cuda_parts.PDL_WAIT, ""),
                                (cuda_parts.PDL_TRIGGER, "/* PDL trigger: grids run one after the other here */")):
         if original in source:
@@ -427,9 +457,10 @@ def build(source: str, acc: Acc, workdir: Path) -> Path:
 
 
 def run(exe: Path, m: int, n: int, k: int, offsets: tuple[int, int, int] = (0, 0, 0),
-        timeout_s: float = 300) -> EmuResult:
-    out = subprocess.run([str(exe), str(m), str(n), str(k), *map(str, offsets)], capture_output=True, text=True,
-                         timeout=timeout_s)
+        timeout_s: float = 300, calls: int = 1) -> EmuResult:
+    """`calls` > 1: call the kernel that many times on the same inputs (a fresh garbage workspace each time)."""
+    out = subprocess.run([str(exe), str(m), str(n), str(k), *map(str, offsets), str(calls)], capture_output=True,
+                         text=True, timeout=timeout_s)
     match = _RESULT.search(out.stdout)
     if out.returncode != 0 or match is None:
         raise RuntimeError(f"emulator failed (exit {out.returncode}): {out.stderr.strip()[-500:]}")
@@ -438,4 +469,5 @@ def run(exe: Path, m: int, n: int, k: int, offsets: tuple[int, int, int] = (0, 0
         return EmuResult(rc=int(match.group(1)))
     return EmuResult(rc=int(match.group(1)), rel_err=float(fields["rel_err"]), max_abs=float(fields["max_abs"]),
                      nonfinite=int(fields["nonfinite"]), guard_bad=int(fields["guard_bad"]),
-                     bank_conflicts=int(fields["bank_conflicts"]), workspace_bytes=int(fields["ws"]))
+                     bank_conflicts=int(fields["bank_conflicts"]), workspace_bytes=int(fields["ws"]),
+                     mismatch=int(fields["mismatch"]))

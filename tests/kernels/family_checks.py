@@ -91,20 +91,24 @@ def compile_sample(family: KernelFamily, configs: list, cache_dir: Path) -> None
             assert fastest.spill_store_bytes == 0, name
 
 
-def emulate(family: KernelFamily, cfg, workdir: Path, shapes=EMU_SHAPES) -> None:
-    """The rendered kernel, run by the CPU emulator, matches the reference on odd shapes, writes nothing outside
-    C and the workspace, reads no shared memory before its copy landed and has no ldmatrix bank conflicts."""
+def emulate(family: KernelFamily, cfg, workdir: Path, shapes=EMU_SHAPES, calls: int = 1,
+            source: str | None = None) -> None:
+    """The rendered kernel (or `source`), run by the CPU emulator, matches the reference on odd shapes, writes nothing
+    outside C and the workspace, reads no shared memory before its copy landed and has no ldmatrix bank conflicts;
+    with `calls` > 1, every call gives the first one's C bit for bit (state a call leaves behind, or an order its
+    blocks run in, shows here)."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH (the CPU emulator needs it)")
-    exe = emulator.build(family.render(cfg), cfg.acc, workdir)
+    exe = emulator.build(family.render(cfg) if source is None else source, cfg.acc, workdir)
     tol = 2e-3 if cfg.acc is Acc.FP32 else 2e-2  # fp32 accumulate: only half rounding of C differs
     for m, n, k, offsets in shapes:
-        r = emulator.run(exe, m, n, k, offsets)
+        r = emulator.run(exe, m, n, k, offsets, calls=calls)
         where = f"{config_name(family, cfg)} on {m}x{n}x{k} offsets {offsets}"
         assert r.rc == 0, where
         assert r.nonfinite == 0 and r.rel_err <= tol, (where, r)
         assert r.guard_bad == 0, (where, "wrote outside C or the workspace")
         assert r.bank_conflicts == 0, (where, "ldmatrix bank conflicts")
+        assert r.mismatch == 0, (where, f"a later call's C differs from the first's in {r.mismatch} halves")
 
 
 def emulate_many(family: KernelFamily, configs: list, workdir: Path) -> None:

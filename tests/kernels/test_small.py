@@ -21,20 +21,28 @@ def cfg(**changes) -> SmallConfig:
     return replace(DEFAULT, **changes)
 
 
+# grid_k: 8 groups of one CTA per 16x32 tile, summed by the last to arrive (any arch); 2 groups of 4-CTA clusters
+# (sm_90a). Emulated with two calls each: a ticket left nonzero, or a sum that depends on which group arrives last
+# (the emulator runs the clusters in a new random order each launch), changes the second call's C.
+GRID_8 = cfg(bm=16, bn=32, warps_m=1, warps_n=2, warps_k=4, grid_k=8)
+GRID_2_CLUSTER_4 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=2, cluster_k=4, grid_k=2)
+
 # The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); a 16x8 tile (one mma per k-step)
 # over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's
-# tile cut over a cluster of 4 CTAs (sm_90a only).
+# tile cut over a cluster of 4 CTAs (sm_90a only); GRID_8.
 SAMPLE = [
     DEFAULT,
     cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=8, k_unroll=2),
     cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=16, k_unroll=1),
     cfg(bm=64, bn=128, warps_m=2, warps_n=4, warps_k=1, k_unroll=4, acc=Acc.FP16),
     cfg(cluster_k=4),
+    GRID_8,
 ]
 # A 16x16 tile on 16 CTAs, over the portable cluster size (the non-portable opt-in): long K on a tiny output. The CPU
 # emulator runs its 16 x 128 threads per cluster as OS threads, so it takes the shapes with few tiles only.
 CLUSTER_16 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=4, cluster_k=16)
 CLUSTER_16_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 40 * 40]
+GRID_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 80 * 100]
 
 # Sources of the committed H200 store (benchmarks/stores), measured before cluster_k existed: their configs must
 # render to them byte for byte, or the stored results would no longer be theirs.
@@ -93,8 +101,32 @@ def test_cluster_k_cuts_k_over_a_cluster_in_one_launch():
     assert config_name(FAMILY, cfg(cluster_k=4)).endswith("-cluster_k4")
     assert FAMILY.tiling(cfg(cluster_k=4)) == Tiling(32, 64, 64, 4, cluster_reduce=True)
     assert FAMILY.tiling(DEFAULT) == Tiling(32, 64, 64)
-    assert cfg(cluster_k=4).reduce_smem_bytes == 2 * 32 * 64 * 4  # both K-warps' partials: the cluster reads them
+    assert cfg(cluster_k=4).reduce_smem_bytes == 2 * 32 * 64 * 4 + 16  # both K-warps' partials (the cluster reads them)
     assert "thread-block clusters" in FAMILY.prune(cfg(cluster_k=2), "sm_80")
+
+
+def test_grid_k_sums_groups_by_the_last_arrival_in_one_launch():
+    source = FAMILY.render(GRID_8)
+    for text in ("constexpr int GRID_K = 8;", "__device__ unsigned int g_tickets[MAX_TICKETS];", "ticket_arrive(ticket)",
+                 "ticket_reset(ticket)", 'extern "C" size_t cudal2_workspace_bytes', "grid_k      = 8",
+                 "CLUSTER_K * (unsigned)plan_groups(M, N)", "__syncthreads();  // every K-warp's partial parked"):
+        assert text in source, text
+    assert "cudaLaunchAttributeClusterDimension" not in source and "mapa" not in source  # no cluster: sm_80 too
+    assert FAMILY.prune(GRID_8, "sm_80") is None
+    assert "cudaLaunchAttributeClusterDimension" in FAMILY.render(GRID_2_CLUSTER_4)
+    assert config_name(FAMILY, GRID_8).endswith("-grid_k8")
+    assert FAMILY.tiling(GRID_8) == Tiling(16, 32, 128, 8, last_arrival=True)
+    assert FAMILY.tiling(GRID_2_CLUSTER_4) == Tiling(16, 16, 64, 8, last_arrival=True)
+    assert GRID_8.reduce_smem_bytes == 4 * 16 * 32 * 4 + 16  # every K-warp's partial and the flag
+
+
+def test_grid_k_parks_every_k_warp_within_the_shared_memory_limit():
+    # All 8 K-warps of a 32x64 fp32 tile park 64 KiB (over 48 KiB); 4 park 32 KiB and the flag. Without grid_k the
+    # same 4 K-warps park 3 tiles (K-warp 0 keeps its own in registers).
+    assert "static limit" in FAMILY.prune(cfg(warps_k=8, grid_k=2), "sm_90a")
+    assert FAMILY.prune(cfg(warps_k=4, grid_k=2), "sm_90a") is None
+    assert cfg(warps_k=4, grid_k=2).reduce_smem_bytes == 4 * 32 * 64 * 4 + 16
+    assert cfg(warps_k=4).reduce_smem_bytes == 3 * 32 * 64 * 4
 
 
 def test_source_is_one_launch_without_workspace():
@@ -121,13 +153,39 @@ def test_a_16_cta_cluster_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate(FAMILY, CLUSTER_16, tmp_path, CLUSTER_16_SHAPES)
 
 
+@pytest.mark.nvcc
+def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tmp_path):
+    family_checks.compile_sample(FAMILY, [GRID_2_CLUSTER_4], tmp_path / "build")
+    for name, config, shapes in (("grid8", GRID_8, GRID_SHAPES), ("grid2c4", GRID_2_CLUSTER_4, GRID_SHAPES[:3])):
+        (tmp_path / name).mkdir()
+        family_checks.emulate(FAMILY, config, tmp_path / name, shapes, calls=2)
+
+
+@pytest.mark.nvcc
+def test_grid_k_with_more_tiles_than_tickets_runs_as_one_group(tmp_path):
+    # The same source with 4 tickets: shapes of more than 4 tiles take the one-group path (no workspace).
+    source = FAMILY.render(GRID_8).replace("constexpr int MAX_TICKETS = 65536;", "constexpr int MAX_TICKETS = 4;")
+    assert "MAX_TICKETS = 4;" in source
+    family_checks.emulate(FAMILY, GRID_8, tmp_path, [(77, 100, 336, (0, 0, 0)), (33, 17, 333, (0, 0, 0))], calls=2,
+                          source=source)
+
+
+@pytest.mark.nvcc
+def test_the_emulator_catches_a_ticket_left_behind(tmp_path):
+    # Without the reset, a tile's ticket ends a call at GRID_K, so in the next call no group draws the last ticket
+    # and the tile is never stored: the check must fail.
+    source = FAMILY.render(GRID_8).replace("if (threadIdx.x == 0) ticket_reset(ticket);", "")
+    with pytest.raises(AssertionError, match="later call"):
+        family_checks.emulate(FAMILY, GRID_8, tmp_path, [(33, 17, 333, (0, 0, 0))], calls=2, source=source)
+
+
 GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(77, 1000, 333), Task(64, 64, 16384),
               Task(100, 130, 1001), Task(4096, 11008, 4096))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16],
-                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-{c.acc.value}")
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4],
+                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
