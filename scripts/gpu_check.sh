@@ -27,6 +27,8 @@
 #           NEIGHBOURS_MIN_K <= K <= NEIGHBOURS_MAX_K (default: any K), stepping only along the parameters NEIGHBOURS_VARY names
 #           (space-separated, e.g. "epi_n"; default: every parameter), from the families NEIGHBOURS_FAMILIES names
 #           (e.g. "small sm80_mma"; default all), with NEIGHBOURS_WON_ONLY=1 only on the shapes those families win,
+#           after NEIGHBOURS_SEED_MINUTES (default 0) of `--strategy transfer` of those families onto all these shapes
+#           (an incumbent of theirs to step from where they never ran),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
 #           CUBLASLT_SHAPES (data/grid.csv) with 2^CUBLASLT_MIN_LOG2_MNK (0) <= MNK < 2^CUBLASLT_MAX_LOG2_MNK (64)
 #           (with CUBLAS_KERNELS, a cublas_graph.cu report, also nearest to the kernels cuBLAS itself runs),
@@ -225,9 +227,14 @@ if [[ $what == grid ]]; then
   if [[ ${NEIGHBOURS_MINUTES:-0} != 0 ]]; then  # one coordinate step from the fastest config of the worst big shapes
     mnk_subset "${NEIGHBOURS_SHAPES:-data/grid.csv}" "${NEIGHBOURS_MIN_LOG2_MNK:-36}" "${NEIGHBOURS_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/neighbours.csv "${NEIGHBOURS_MAX_K:-0}" "${NEIGHBOURS_MIN_K:-0}"
-    step=()  # what a step may change, from which families, on which shapes
+    families=()
+    for family in ${NEIGHBOURS_FAMILIES:-}; do families+=(--family "$family"); done
+    if [[ ${NEIGHBOURS_SEED_MINUTES:-0} != 0 ]]; then  # an incumbent of these families on shapes they never ran
+      grid_tune --shapes /tmp/grid-out/neighbours.csv --strategy transfer --budget-minutes "$NEIGHBOURS_SEED_MINUTES" \
+        "${families[@]}"
+    fi
+    step=("${families[@]}")  # what a step may change, from which families, on which shapes
     for param in ${NEIGHBOURS_VARY:-}; do step+=(--vary "$param"); done
-    for family in ${NEIGHBOURS_FAMILIES:-}; do step+=(--family "$family"); done
     [[ ${NEIGHBOURS_WON_ONLY:-0} == 0 ]] || step+=(--won-only)
     grid_tune --shapes /tmp/grid-out/neighbours.csv --worst "${NEIGHBOURS_WORST:-60}" --strategy neighbours \
       --budget-minutes "$NEIGHBOURS_MINUTES" "${step[@]}"
