@@ -95,6 +95,7 @@ __device__ __forceinline__ unsigned int ticket_arrive(unsigned int* ticket) { re
 __device__ __forceinline__ void ticket_reset(unsigned int* ticket) { atomicExch(ticket, 0u); }
 __device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { __stcg(p, v); }
 __device__ __forceinline__ float2 load_l2_f2(const float2* p) { return __ldcg(p); }
+__device__ __forceinline__ float load_l2_f(const float* p) { return __ldcg(p); }
 """
 
 # Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,

@@ -14,7 +14,9 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
                  sums them in split order (deterministic, no atomics); or, with reduce=cluster (sm_90 only), the
                  ranges of a tile launched as one thread-block cluster that sums them in the same order through
                  distributed shared memory: no workspace, no second kernel (up to 16 ranges; over 8 the kernel opts
-                 in to non-portable cluster sizes); with pdl (sm_90 only) the workspace reduction is launched with
+                 in to non-portable cluster sizes); or, with reduce=last (any arch), the CTA that arrives last at
+                 its tile's ticket sums the tile's partials from the workspace in the same launch (no second kernel
+                 up to MAX_TICKETS tiles); with pdl (sm_90 only) the workspace reduction is launched with
                  programmatic dependent launch: it starts while the GEMM finishes and waits for its partials in place
     any shape    the fast path needs K % 8 == 0 and 16-byte aligned A, B; otherwise the same kernel is instantiated
                  with a predicated scalar gather (each thread builds 16-byte chunks element by element)
@@ -63,6 +65,7 @@ class Reduce(str, Enum):
 
     WORKSPACE = "workspace"  # fp32 slabs in the workspace, then a second kernel (any arch)
     CLUSTER = "cluster"  # the K ranges of a tile form one thread-block cluster and sum through its shared memory (sm_90)
+    LAST = "last"  # fp32 slabs in the workspace, summed per tile by its last CTA to arrive, in the same launch (any arch)
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class Sm80Family:
         if (cfg.bm * chunks) % cfg.threads or (cfg.bn * chunks) % cfg.threads:
             return (f"load chunks not evenly divisible among threads: {cfg.bm}x{cfg.bk} A and {cfg.bn}x{cfg.bk} B "
                     f"slices are {cfg.bm * chunks} and {cfg.bn * chunks} 16-byte chunks for {cfg.threads} threads")
+        if cfg.reduce is Reduce.LAST and cfg.split_k == 1:
+            return "the last-arrival reduction sums split-K partials: split_k=1 has none (use reduce=workspace)"
         if cfg.reduce is Reduce.CLUSTER:
             if not arch.startswith("sm_90"):
                 return f"the cluster reduction needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
@@ -200,7 +205,8 @@ class Sm80Family:
         return None
 
     def tiling(self, cfg: Sm80Config) -> Tiling:
-        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.reduce is Reduce.CLUSTER)
+        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.reduce is Reduce.CLUSTER,
+                      last_arrival=cfg.reduce is Reduce.LAST)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[Sm80Config]:
         """No config: cuBLASLt's choices on sm_90 are wgmma kernels with TMA-multicast clusters, which mma.sync kernels
@@ -282,6 +288,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         "store_pair": cuda_parts.STORE_PAIR,
         "smem_bytes": _PIPELINE_SMEM,
         **dict.fromkeys(_CLUSTER_PARTS, ""),  # the workspace reduction: not a byte of the cluster code
+        **dict.fromkeys(("last_arrival", "load_partial"), ""),  # nor of the last-arrival code
         **(_PDL_PARTS if cfg.pdl else _PLAIN_PARTS),
     }
     if cfg.reduce is Reduce.CLUSTER:
@@ -296,8 +303,68 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         opt_in = cuda_parts.non_portable_opt_in("sm80_hgemm_kernel<kAligned>", "grid.z") \
             if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
+    if cfg.reduce is Reduce.LAST:
+        constant_rows += [("int", "MAX_TICKETS", str(MAX_TICKETS), "tiles with a ticket: more are summed by splitk_reduce")]
+        values.update(_LAST_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + _TICKETS)
     reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
+
+
+# grid.x is the tile count; one ticket per tile (256 KiB of device memory per library).
+MAX_TICKETS = 1 << 16
+_TICKETS = """\
+// One ticket per output tile: the library's own device memory, zero when it loads and reset to zero by each tile's
+// last arrival, so zero between launches. Not shared between streams: two calls running at once would draw from the
+// same tickets.
+__device__ unsigned int g_tickets[MAX_TICKETS];
+"""
+
+# The last-arrival reduction's code, by template slot (see Reduce.LAST and _split_text).
+_LAST_PARTS = {
+    "last_arrival": r"""    if (slab != nullptr && gridDim.x <= (unsigned)MAX_TICKETS) {
+        // Every split's partial of this tile is in its slab once the tile's ticket is drawn gridDim.z times; the
+        // block drawing the last one sums the tile over the splits in order z = 0, 1, ... (as splitk_reduce does).
+        __shared__ int last;
+        fence_gpu();      // this thread's partials visible on every SM before its block takes the ticket
+        __syncthreads();  // ... and every other thread's
+        unsigned int* ticket = &g_tickets[blockIdx.x];
+        if (tid == 0) last = ticket_arrive(ticket) == gridDim.z - 1;
+        __syncthreads();
+        if (!last) return;
+        if (tid == 0) ticket_reset(ticket);
+        fence_gpu();  // the other splits fenced their partials before their tickets: visible from here on
+        const int splits = (int)gridDim.z;
+        for (int i = tid; i < BM * (BN / 2); i += THREADS) {
+            const int row = m0 + i / (BN / 2), col = n0 + 2 * (i % (BN / 2));
+            if (row >= M || col >= N) continue;
+            const float* p = ws + (size_t)row * (size_t)N + col;
+            float2 part[SPLIT_K];  // every split's pair loaded before any is added: the loads overlap
+#pragma unroll
+            for (int z = 0; z < SPLIT_K; ++z)
+                if (z < splits) part[z] = load_partial(p + (size_t)z * (size_t)M * (size_t)N, N, col);
+            float2 sum = part[0];
+#pragma unroll
+            for (int z = 1; z < SPLIT_K; ++z)  // unrolled to SPLIT_K: part stays in registers
+                if (z < splits) {
+                    sum.x += part[z].x;
+                    sum.y += part[z].y;
+                }
+            store_pair(C, M, N, vec, row, col, sum.x, sum.y);
+        }
+    }
+""",
+    "load_partial": r"""// The fp32 partial pair at p = W[row][col] of one split's slab, past L1 (written by other blocks); col + 1 < N or
+// not, as store_partial wrote it.
+__device__ __forceinline__ float2 load_partial(const float* p, int N, int col) {
+    if ((N & 1) == 0) return load_l2_f2(reinterpret_cast<const float2*>(p));
+    return make_float2(load_l2_f(p), col + 1 < N ? load_l2_f(p + 1) : 0.0f);
+}
+
+""",
+    # More tiles than tickets: the kernel stores partials only, and splitk_reduce sums them as for reduce=workspace.
+    "reduce_launch": """        if ((long long)((M + BM - 1) / BM) * ((N + BN - 1) / BN) > MAX_TICKETS)
+            splitk_reduce<<<(unsigned)blocks, REDUCE_THREADS, 0, stream>>>(ws, C, MN, plan.splits, vec4);""",
+}
 
 
 _PIPELINE_SMEM = "(size_t)STAGES * STAGE_HALVES * sizeof(half)"
@@ -407,6 +474,14 @@ def _non_portable_text(cfg: Sm80Config) -> str:
 def _split_text(cfg: Sm80Config) -> str:
     if cfg.split_k == 1:
         return ("Split-K: none (SPLIT_K = 1): one launch, no workspace; the split-K code below stays idle.")
+    if cfg.reduce is Reduce.LAST:
+        return f"""\
+Split-K (at most {cfg.split_k} ranges), summed by each tile's last block to arrive
+  Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges and lowers the count until
+  the workspace fits {WS_CAP_BYTES >> 20} MiB). With more than one range every block writes its fp32 partial tile
+  to workspace[z][M][N], fences and takes its tile's ticket (the library's own device memory); the block that
+  draws the last one resets it, fences and sums the tile over the ranges in order z = 0, 1, ... (deterministic)
+  into C, in the same launch. Over MAX_TICKETS = {MAX_TICKETS} tiles, splitk_reduce sums them afterwards instead."""
     if cfg.reduce is Reduce.CLUSTER:
         return f"""\
 Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)
@@ -566,7 +641,7 @@ __device__ __forceinline__ void store_partial(float* __restrict__ W, int M, int 
     }
 }
 
-${cluster_epilogue}// One block computes one BM x BN tile over K slices [blockIdx.z * slices_per_split, ...) and writes it to C
+${load_partial}${cluster_epilogue}// One block computes one BM x BN tile over K slices [blockIdx.z * slices_per_split, ...) and writes it to C
 // (ws == nullptr) or, as fp32 partials, to ws[blockIdx.z].
 template <bool kAligned>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -667,7 +742,7 @@ sm80_hgemm_kernel(const half* __restrict__ A, const half* __restrict__ B, half* 
             }
         }
     }
-}
+${last_arrival}}
 
 ${splitk_reduce}
 struct SplitPlan {

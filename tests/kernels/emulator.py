@@ -300,6 +300,7 @@ __device__ __forceinline__ unsigned int ticket_arrive(unsigned int* t) { return 
 __device__ __forceinline__ void ticket_reset(unsigned int* t) { __atomic_store_n(t, 0u, __ATOMIC_SEQ_CST); }
 __device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { *p = v; }
 __device__ __forceinline__ float2 load_l2_f2(const float2* p) { return *p; }
+__device__ __forceinline__ float load_l2_f(const float* p) { return *p; }
 """
 
 _EMU_ACC = {

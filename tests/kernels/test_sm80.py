@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from cudal2.kernels.family import config_name, config_params
+from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.sm80 import Reduce, Sm80Config, Sm80Family
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
+from cudal2.sandbox.static_check import check_source, spells_programmatic_launch
 from cudal2.sandbox.types import Acc, Status, Task
 from tests.kernels import family_checks
 
@@ -27,6 +28,7 @@ def cfg(**changes) -> Sm80Config:
 # and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384); the workspace
 # reduction launched with PDL (sm_90a only; the tiling of the grid's workspace split-K winners, e.g. 128x128x2048).
 # Stages 6 and 8 (the pipeline's ring of buffers at a count that is no power of two, and the deepest) on two of them.
+# The long-K tiling with 16 ranges summed by each tile's last block to arrive (any arch).
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
@@ -36,7 +38,9 @@ SAMPLE = [
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=4, stages=3, split_k=8, min_blocks=2, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=8, split_k=8, group_m=4, pdl=True),
+    cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.LAST),
 ]
+LAST = SAMPLE[-1]
 
 
 def test_every_space_value_renders():
@@ -74,6 +78,8 @@ def test_default_is_the_seed_tiling_and_valid_everywhere():
     (cfg(split_k=4, pdl=True), "sm_80", "needs sm_90"),
     (cfg(pdl=True), "sm_90a", "only split_k > 1 with reduce=workspace"),
     (cfg(split_k=4, reduce=Reduce.CLUSTER, pdl=True), "sm_90a", "only split_k > 1 with reduce=workspace"),
+    (cfg(reduce=Reduce.LAST), "sm_80", "split_k=1 has none"),
+    (cfg(split_k=4, reduce=Reduce.LAST, pdl=True), "sm_90a", "only split_k > 1 with reduce=workspace"),
 ])
 def test_invalid_configs_are_pruned_with_the_reason(config, arch, reason):
     why = FAMILY.prune(config, arch)
@@ -138,7 +144,6 @@ def test_pdl_starts_the_workspace_reduction_early_and_leaves_older_configs_as_re
     """pdl=True: each GEMM block triggers its dependent after the K loop, splitk_reduce is launched with the PDL
     attribute and waits in place for the partials; the evaluator is told (it then needs capturable calls). pdl=False
     renders as before the field existed, byte for byte (its stored results stay its own)."""
-    from cudal2.sandbox.static_check import check_source, spells_programmatic_launch
 
     early_cfg = SAMPLE[7]
     plain_cfg = replace(early_cfg, pdl=False)
@@ -156,6 +161,19 @@ def test_pdl_starts_the_workspace_reduction_early_and_leaves_older_configs_as_re
     assert FAMILY.make({k: v for k, v in config_params(plain_cfg).items() if k != "pdl"}) == plain_cfg
 
 
+def test_last_arrival_sums_each_tile_in_the_launch_and_leaves_older_configs_as_rendered():
+    source = FAMILY.render(LAST)
+    for text in ("__device__ unsigned int g_tickets[MAX_TICKETS];", "ticket_arrive(ticket) == gridDim.z - 1",
+                 "ticket_reset(ticket)", "load_partial(p + (size_t)z * (size_t)M * (size_t)N, N, col)",
+                 "> MAX_TICKETS)\n            splitk_reduce<<<", "summed by each tile's last block to arrive"):
+        assert text in source, text
+    assert "cudaLaunchAttributeClusterDimension" not in source and check_source(source) == []
+    assert FAMILY.prune(LAST, "sm_80") is None and config_name(FAMILY, LAST).endswith("-reducelast")
+    assert FAMILY.tiling(LAST) == Tiling(16, 32, 64, 16, last_arrival=True)
+    for other in SAMPLE[:-1]:
+        assert "g_tickets" not in FAMILY.render(other) and "load_partial" not in FAMILY.render(other)
+
+
 def test_cluster_over_the_portable_size_is_valid_on_sm90a_only():
     assert FAMILY.prune(SAMPLE[6], "sm_90a") is None
     assert "needs thread-block clusters" in FAMILY.prune(SAMPLE[6], "sm_80")
@@ -171,20 +189,31 @@ def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
 
 
 @pytest.mark.nvcc
-def test_cluster_and_workspace_reductions_sum_alike_in_the_cpu_emulator(tmp_path):
-    """Both sum the K ranges' fp32 partials in range order: the same C, to the bit (so the same error)."""
+def test_cluster_workspace_and_last_arrival_reductions_sum_alike_in_the_cpu_emulator(tmp_path):
+    """All three sum the K ranges' fp32 partials in range order: the same C, to the bit (so the same error). The
+    last arrival is called twice (the emulator runs the blocks in a new order each launch): a ticket left behind,
+    or a sum in arrival order, would change the second call's C."""
     from tests.kernels import emulator
 
     cluster = SAMPLE[4]
-    workspace = replace(cluster, reduce=Reduce.WORKSPACE)
     runs = {}
-    for c in (cluster, workspace):
+    for c in (cluster, replace(cluster, reduce=Reduce.WORKSPACE), replace(cluster, reduce=Reduce.LAST)):
         (tmp_path / c.reduce.value).mkdir()
         exe = emulator.build(FAMILY.render(c), c.acc, tmp_path / c.reduce.value)
-        runs[c.reduce] = [emulator.run(exe, m, n, k, offsets) for m, n, k, offsets in family_checks.EMU_SHAPES]
-    for a, b in zip(runs[Reduce.CLUSTER], runs[Reduce.WORKSPACE], strict=True):
-        assert a.rc == b.rc == 0 and (a.rel_err, a.max_abs) == (b.rel_err, b.max_abs)
-        assert a.workspace_bytes == 0  # nothing through global memory
+        runs[c.reduce] = [emulator.run(exe, m, n, k, offsets, calls=2) for m, n, k, offsets in family_checks.EMU_SHAPES]
+    for a, b, last in zip(runs[Reduce.CLUSTER], runs[Reduce.WORKSPACE], runs[Reduce.LAST], strict=True):
+        assert a.rc == b.rc == last.rc == 0 and (a.rel_err, a.max_abs) == (b.rel_err, b.max_abs)
+        assert (last.rel_err, last.max_abs) == (b.rel_err, b.max_abs) and last.mismatch == 0
+        assert a.workspace_bytes == 0 and last.workspace_bytes == b.workspace_bytes  # the cluster's stay on chip
+
+
+@pytest.mark.nvcc
+def test_last_arrival_over_the_ticket_count_is_summed_by_the_second_kernel(tmp_path):
+    # The same source with 4 tickets: a shape of more than 4 tiles takes splitk_reduce, one of 4 or fewer does not.
+    source = FAMILY.render(LAST).replace("constexpr int MAX_TICKETS = 65536;", "constexpr int MAX_TICKETS = 4;")
+    assert "MAX_TICKETS = 4;" in source
+    family_checks.emulate(FAMILY, LAST, tmp_path, [(77, 100, 336, (0, 0, 0)), (20, 30, 512, (1, 8, 1))], calls=2,
+                          source=source)
 
 
 GPU_SHAPES = (Task(1, 4096, 4096), Task(77, 1000, 333), Task(4096, 11008, 4096), Task(64, 64, 64),
