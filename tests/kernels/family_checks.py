@@ -111,6 +111,15 @@ def emulate(family: KernelFamily, cfg, workdir: Path, shapes=EMU_SHAPES, calls: 
         assert r.mismatch == 0, (where, f"a later call's C differs from the first's in {r.mismatch} halves")
 
 
+def emulate_with_tickets(family: KernelFamily, cfg, workdir: Path, tickets: int, shapes) -> None:
+    """emulate(), two calls per shape, of `cfg`'s source with its MAX_TICKETS (the last-arrival reductions' ticket
+    count) set to `tickets`: shapes of more tiles than that take the path for shapes over the real count."""
+    real = "constexpr int MAX_TICKETS = 65536;"
+    source = family.render(cfg)
+    assert real in source, "no MAX_TICKETS of 65536 in the source"
+    emulate(family, cfg, workdir, shapes, calls=2, source=source.replace(real, f"constexpr int MAX_TICKETS = {tickets};"))
+
+
 def emulate_many(family: KernelFamily, configs: list, workdir: Path) -> None:
     """emulate() for several configs, 2 at a time."""
     def one(i_cfg):

@@ -210,10 +210,7 @@ def test_cluster_workspace_and_last_arrival_reductions_sum_alike_in_the_cpu_emul
 @pytest.mark.nvcc
 def test_last_arrival_over_the_ticket_count_is_summed_by_the_second_kernel(tmp_path):
     # The same source with 4 tickets: a shape of more than 4 tiles takes splitk_reduce, one of 4 or fewer does not.
-    source = FAMILY.render(LAST).replace("constexpr int MAX_TICKETS = 65536;", "constexpr int MAX_TICKETS = 4;")
-    assert "MAX_TICKETS = 4;" in source
-    family_checks.emulate(FAMILY, LAST, tmp_path, [(77, 100, 336, (0, 0, 0)), (20, 30, 512, (1, 8, 1))], calls=2,
-                          source=source)
+    family_checks.emulate_with_tickets(FAMILY, LAST, tmp_path, 4, [(77, 100, 336, (0, 0, 0)), (20, 30, 512, (1, 8, 1))])
 
 
 GPU_SHAPES = (Task(1, 4096, 4096), Task(77, 1000, 333), Task(4096, 11008, 4096), Task(64, 64, 64),

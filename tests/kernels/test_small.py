@@ -164,10 +164,7 @@ def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tm
 @pytest.mark.nvcc
 def test_grid_k_with_more_tiles_than_tickets_runs_as_one_group(tmp_path):
     # The same source with 4 tickets: shapes of more than 4 tiles take the one-group path (no workspace).
-    source = FAMILY.render(GRID_8).replace("constexpr int MAX_TICKETS = 65536;", "constexpr int MAX_TICKETS = 4;")
-    assert "MAX_TICKETS = 4;" in source
-    family_checks.emulate(FAMILY, GRID_8, tmp_path, [(77, 100, 336, (0, 0, 0)), (33, 17, 333, (0, 0, 0))], calls=2,
-                          source=source)
+    family_checks.emulate_with_tickets(FAMILY, GRID_8, tmp_path, 4, [(77, 100, 336, (0, 0, 0)), (33, 17, 333, (0, 0, 0))])
 
 
 @pytest.mark.nvcc
