@@ -19,7 +19,9 @@ Rows keep their ids, because the store's readers take the newest row of a key by
 result ids that continue the committed store's without a gap, and a result row that both hold must be the same row
 (same source and creation time), else the grown store did not start from this committed store and nothing is written.
 Sources are keyed by their hash (first write wins, as in the store); the cuBLASLt algorithm cache by its key, a newer
-entry replacing the older one.
+entry replacing the older one. The tuner's bookkeeping in the same file (cudal2.tune_log: which config made each
+source, its compile outcomes) travels too, keyed by its primary keys, a newer row replacing the older one: without
+it the new sources could be neither named by `cudal2 report` nor bred from by `cudal2 tune`.
 
 `grown` may be a whole store (what a device call leaves) or a delta the device sent back (only the new rows): the
 same rules take from either exactly what the committed store lacks, so a delta made against an older commit still
@@ -42,6 +44,8 @@ from cudal2.sandbox.store import ResultStore, StoreError
 DELTA_DIGITS = 4  # 0001.sqlite.gz .. 9999.sqlite.gz: sorted by name is applied in order
 DELTA_SUFFIX = ".sqlite.gz"
 TABLES = ("results", "sources", "algo_cache")  # in the order of Rows' fields
+# The tuner's tables (cudal2.tune_log), where a store has them: copied with their schema, rows by primary key.
+TUNE_TABLES = ("tune_configs", "tune_compiles")
 
 
 def deltas_dir(committed: Path) -> Path:
@@ -136,6 +140,28 @@ def _attached(conn: sqlite3.Connection, path: Path, schema: str) -> Iterator[Non
         conn.execute(f"DETACH DATABASE {schema}")
 
 
+def _table_sql(conn: sqlite3.Connection, schema: str, table: str) -> str | None:
+    row = conn.execute(f"SELECT sql FROM {schema}.sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    return row[0] if row else None
+
+
+def _copy_tune_tables(conn: sqlite3.Connection, src: str, skip: str | None) -> None:
+    """The rows of the tuner's tables in the attached store `src` that the attached store `skip` (None: none) lacks,
+    into the main store (each table created there, as in `src`, where missing); a row with the same primary key is
+    replaced."""
+    for table in TUNE_TABLES:
+        sql = _table_sql(conn, src, table)
+        if sql is None:
+            continue
+        if _table_sql(conn, "main", table) is None:
+            conn.execute(sql)
+        cols = _columns(conn, table)
+        rows = f"SELECT {cols} FROM {src}.{table}"
+        if skip is not None and _table_sql(conn, skip, table) is not None:
+            rows += f" EXCEPT SELECT {cols} FROM {skip}.{table}"
+        conn.execute(f"INSERT OR REPLACE INTO main.{table} ({cols}) {rows}")
+
+
 def _max_id(conn: sqlite3.Connection, schema: str) -> int:
     return conn.execute(f"SELECT COALESCE(MAX(id), 0) FROM {schema}.results").fetchone()[0]
 
@@ -151,6 +177,7 @@ def _apply(conn: sqlite3.Connection, schema: str, shown: Path) -> None:
         for table, verb in (("sources", "INSERT OR IGNORE"), ("results", "INSERT"), ("algo_cache", "INSERT OR REPLACE")):
             cols = _columns(conn, table)
             conn.execute(f"{verb} INTO main.{table} ({cols}) SELECT {cols} FROM {schema}.{table}")
+        _copy_tune_tables(conn, schema, None)
 
 
 def assemble(committed: Path, out: Path) -> Assembled:
@@ -238,10 +265,13 @@ def write_delta(grown: Path, committed: Path, out: Path | None = None) -> Delta:
                     cols = _columns(conn, "algo_cache")
                     conn.execute(f"INSERT INTO algo_cache ({cols}) SELECT {cols} FROM g.algo_cache"
                                  f" EXCEPT SELECT {cols} FROM c.algo_cache")
+                    _copy_tune_tables(conn, "g", "c")
             rows = _count(conn, "main")
+            tune_rows = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                            for t in TUNE_TABLES if _table_sql(conn, "main", t) is not None)
             first, last = conn.execute("SELECT MIN(id), MAX(id) FROM results").fetchone()
             conn.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal beside it
-        if rows == Rows(0, 0, 0):
+        if rows == Rows(0, 0, 0) and tune_rows == 0:
             return Delta(rows, None, None, None)
         target = out if out is not None else _next_delta_path(committed)
         target.parent.mkdir(parents=True, exist_ok=True)

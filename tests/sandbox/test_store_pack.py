@@ -16,7 +16,7 @@ import pytest
 
 from cudal2.sandbox import store_pack
 from cudal2.sandbox.store import ResultStore, StoreError
-from cudal2.sandbox.types import Acc, Mode, Task
+from cudal2.sandbox.types import Acc, Mode, Status, Task
 from tests.sandbox.test_store import GPU, ok_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,3 +185,25 @@ def test_the_committed_h200_store_assembles_with_every_delta(tmp_path):
     """The committed grid store's deltas each continue the ids before them (a delta added by hand would show here)."""
     done = store_pack.assemble(COMMITTED_STORE, tmp_path / "grid.sqlite")
     assert done.deltas == len(store_pack.delta_files(COMMITTED_STORE)) and done.rows.results > 100_000
+
+
+def test_the_tuners_bookkeeping_travels_with_the_delta(tmp_path, committed):
+    """Which config made a new source (and its compile outcome) goes into the delta and comes back on assembly: without
+    it `cudal2 report` could not name the new kernels, nor `cudal2 tune` breed from them."""
+    from cudal2.tune_log import CompileRecord, ConfigRecord, TuneLog
+
+    grown = tmp_path / "grown.sqlite"
+    _measure(grown, "c", T1, 3.0)
+    record = ConfigRecord("small", "small-bm16", {"bm": 16})
+    with ResultStore(grown) as s, TuneLog(s) as log:
+        log.put_config("c", record)
+        log.put_compile("c", "sm_90a", CompileRecord(Status.COMPILED, "", 40, 0, 1.5))
+    delta = store_pack.write_delta(grown, committed, tmp_path / "device.sqlite.gz")  # as gpu_check.sh sends it back
+    store_pack.write_delta(delta.path, committed)  # as it is committed
+    with ResultStore(store_pack.assemble(committed, tmp_path / "a.sqlite").path) as s, TuneLog(s) as log:
+        assert log.config_of("c") == record and log.compile_of("c", "sm_90a").registers == 40
+    # Only bookkeeping new: still a delta (a config recorded for a source measured before).
+    with ResultStore(grown) as s, TuneLog(s) as log:
+        log.put_config("a", ConfigRecord("small", "small-bm32", {"bm": 32}))
+    again = store_pack.write_delta(grown, committed)
+    assert again.path is not None and again.rows.results == 0
