@@ -40,8 +40,9 @@ content-addressed on-disk cache (a hit when this machine evaluated them), then l
 with raw pointers on torch.cuda.current_stream(); workspace comes from torch's caching allocator, so calls are
 safe to capture. Building happens on the first call of a shape (or all at once: load_library(build=True)):
 call each shape once before capturing a CUDA graph, as torch requires for any op. One exception to stream
-safety: a small-family kernel with grid_k > 1 keeps its tiles' tickets in the library's own device memory
-(cudal2/kernels/small.py), so the same library must not run on two streams at the same time.
+safety: a small-family kernel with grid_k > 1 or an sm80 one with reduce=last keeps its tiles' tickets in the
+library's own device memory (cudal2/kernels/small.py, sm80.py), so the same library must not run on two streams at
+the same time.
 
 Units: times are microseconds (`_us`), speedups are torch's time over ours (>1: faster than torch.matmul).
 """

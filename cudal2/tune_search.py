@@ -544,9 +544,10 @@ DSMEM_BYTES_PER_US = 20.0e6
 # An ordered (deterministic) workspace reduction: each K range of a tile waits for the one before it to add its
 # partial, so the ranges' adds run one after another, each a flag round trip plus a tile read and written by one CTA.
 SERIAL_STEP_US = 1.0
-# A last-arrival reduction (small family, grid_k): no second kernel, one ticket round trip, then the last CTA of a
-# tile reads the groups' partials from L2. Not fitted (no such kernel was measured yet): a guess like the cluster's.
-LAST_ARRIVAL_US = 1.0
+# A last-arrival reduction (small family's grid_k, sm80's reduce=last): no second kernel, one ticket round trip, then
+# the last CTA of a tile reads the partials from L2. Not fitted; as built it measured 2.0-2.6 us slower than the same
+# 16x32 tiling summed in a cluster (64x64x2048, 64x64x8192 on the H200: benchmarks/RESULTS.md, thirty-seventh session).
+LAST_ARRIVAL_US = CLUSTER_SYNC_US + 2.0
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:

@@ -83,7 +83,7 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 }
 """
 
-# The last-arrival reduction (small family, grid_k): the CTAs of one output tile write their fp32 partials to the
+# The last-arrival reduction (the small family's grid_k, sm80's reduce=last): the CTAs of one output tile write their fp32 partials to the
 # workspace and take a ticket; the one that finds every other arrival in sums them, in one launch. The pattern of the
 # CUDA samples' threadFenceReduction: every writer fences before its CTA takes the ticket; the last arrival fences
 # before it reads, and reads past L1 (not coherent between SMs).
