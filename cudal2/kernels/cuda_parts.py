@@ -87,6 +87,9 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 # workspace and take a ticket; the one that finds every other arrival in sums them, in one launch. The pattern of the
 # CUDA samples' threadFenceReduction: every writer fences before its CTA takes the ticket; the last arrival fences
 # before it reads, and reads past L1 (not coherent between SMs).
+# Tickets a library keeps for it (256 KiB of device memory): one per output tile (sm80) or per tile and CTA rank
+# (small); a shape needing more takes the family's path without tickets.
+MAX_TICKETS = 1 << 16
 LAST_ARRIVAL = """\
 __device__ __forceinline__ void fence_gpu() { __threadfence(); }
 // The ticket's value before this arrival; the last of n arrivals reads n - 1.

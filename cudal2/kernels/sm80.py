@@ -304,14 +304,12 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
             if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
     if cfg.reduce is Reduce.LAST:
-        constant_rows += [("int", "MAX_TICKETS", str(MAX_TICKETS), "tiles with a ticket: more are summed by splitk_reduce")]
+        constant_rows += [("int", "MAX_TICKETS", str(cuda_parts.MAX_TICKETS), "tiles with a ticket: more are summed by splitk_reduce")]
         values.update(_LAST_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + _TICKETS)
     reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
 
-# grid.x is the tile count; one ticket per tile (256 KiB of device memory per library).
-MAX_TICKETS = 1 << 16
 _TICKETS = """\
 // One ticket per output tile: the library's own device memory, zero when it loads and reset to zero by each tile's
 // last arrival, so zero between launches. Not shared between streams: two calls running at once would draw from the
@@ -481,7 +479,7 @@ Split-K (at most {cfg.split_k} ranges), summed by each tile's last block to arri
   the workspace fits {WS_CAP_BYTES >> 20} MiB). With more than one range every block writes its fp32 partial tile
   to workspace[z][M][N], fences and takes its tile's ticket (the library's own device memory); the block that
   draws the last one resets it, fences and sums the tile over the ranges in order z = 0, 1, ... (deterministic)
-  into C, in the same launch. Over MAX_TICKETS = {MAX_TICKETS} tiles, splitk_reduce sums them afterwards instead."""
+  into C, in the same launch. Over MAX_TICKETS = {cuda_parts.MAX_TICKETS} tiles, splitk_reduce sums them afterwards instead."""
     if cfg.reduce is Reduce.CLUSTER:
         return f"""\
 Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudal2.kernels import cuda_parts
-from cudal2.kernels.cuda_parts import MAX_PORTABLE_CLUSTER
+from cudal2.kernels.cuda_parts import MAX_PORTABLE_CLUSTER, MAX_TICKETS
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import Acc, Task
@@ -47,9 +47,8 @@ OVERHEAD_REGS = 24  # addresses, loop counters, predicates beyond accumulators a
 # themselves are correct for every shape.
 MAX_MNK = 1 << 30
 PARK_FLAG_BYTES = 16  # after the parked tiles: the last-arrival flag a CTA's thread 0 shares with the others
-# grid_k's tickets, one per (output tile, CTA rank): 256 KiB of device memory per library. A 2^30-MNK shape with K = 64
-# cut into 32 x 32 tiles has 16384 tiles; with more tile ranks than this a grid_k config runs with one group.
-MAX_TICKETS = 1 << 16
+# grid_k's tickets (cuda_parts.MAX_TICKETS), one per (output tile, CTA rank): a 2^30-MNK shape with K = 64 cut into
+# 32 x 32 tiles has 16384 tiles; with more tile ranks than that a grid_k config runs with one group.
 
 
 @dataclass(frozen=True)
