@@ -153,7 +153,8 @@ def _add_tune_parser(sub) -> None:
                     "store's winners re-cut (tile, split-K, scheduler) to fill the SMs, ranked by a wave model; neighbours: "
                     "every one-parameter change of each shape's fastest stored config; cublaslt: the configs nearest to the "
                     "cuBLASLt algorithm autotuned on each shape; rerender: today's source of configs stored from older "
-                    "code; model: the configs a cost model fitted on the store predicts fastest on each shape")
+                    "code; model: the configs a cost model fitted on the store predicts fastest on each shape; given: the configs "
+                    "--configs names")
     tu.add_argument("--budget-minutes", type=float, default=d.budget_s / 60, help="wall clock for proposing")
     tu.add_argument("--max-configs", type=int, default=d.max_configs, help="configs evaluated or resumed at most")
     tu.add_argument("--seed", type=int, default=d.seed, help="a re-run with the same seed resumes where it stopped")
@@ -181,6 +182,9 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--cublas-kernels", default=None, metavar="REPORT", help="with --strategy cublaslt: also follow "
                     "the kernels cuBLAS's heuristic runs per shape, from benchmarks/cublas_graph.cu's output (e.g. "
                     "benchmarks/cublas_kernels_h200.txt)")
+    tu.add_argument("--configs", default=None, metavar="FILE", help="with --strategy given: the configs to measure, "
+                    "one name per line as the tuner prints them (e.g. small-bm16-bn16-warps_m1-warps_n2-warps_k8-"
+                    "k_unroll2-accfp32-grid_k8); # starts a comment")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -199,7 +203,8 @@ def cmd_tune(args) -> int:
             compile_only=args.compile_only, gpu_index=args.gpu, arch=args.arch, db_path=args.db,
             target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, won_only=args.won_only, sms=args.sms,
             plan_as=args.plan_as, vary=tuple(args.vary), retry=frozenset(Status(r) for r in args.retry),
-            cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None)
+            cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None,
+            given=tune.read_config_names(args.configs) if args.configs else ())
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudal2.data import BadShapeFile, bucket, load_shapes
-from cudal2.kernels.family import BadConfig, KernelFamily
+from cudal2.kernels.family import BadConfig, KernelFamily, config_from_name
 from cudal2.kernels.sm80 import Sm80Family
 from cudal2.kernels.sm90 import Sm90Family
 from cudal2.kernels.small import SmallFamily
@@ -99,6 +99,8 @@ class TuneOptions:
     # --strategy cublaslt: benchmarks/cublas_graph.cu's report of the kernels cuBLAS runs per shape on this GPU, whose
     # nvjet tiles the strategy follows too (cudal2.sandbox.cublas_kernels); None: cuBLASLt's autotuned algorithms only
     cublas_kernels: Path | None = None
+    # --strategy given: the config names it measures, in order (tune --configs FILE: read_config_names)
+    given: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,32 @@ def load_tasks(shapes: str | None, mnks: Sequence[str], acc: str) -> list[Task]:
     return list(dict.fromkeys(tasks))
 
 
+def candidate_named(families: Sequence[KernelFamily], name: str) -> Candidate:
+    """The config `name` names (as `config_name` prints it), from one of `families`; TuneInputError otherwise."""
+    family = next((f for f in families if name.partition("-")[0] == f.name), None)
+    if family is None:
+        raise TuneInputError(f"config {name!r}: its family is not one searched "
+                             f"({', '.join(f.name for f in families)})")
+    try:
+        return Candidate(family, config_from_name(family, name))
+    except BadConfig as e:
+        raise TuneInputError(f"config {e}") from None
+
+
+def read_config_names(path: str | Path) -> tuple[str, ...]:
+    """Config names from a file, one per line; blank lines and `#` comments are skipped. TuneInputError when the file
+    cannot be read or names none."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TuneInputError(f"--configs {path}: cannot read it ({e.__class__.__name__}: {e})") from None
+    names = tuple(line.split("#", 1)[0].strip() for line in text.splitlines())
+    names = tuple(n for n in names if n)
+    if not names:
+        raise TuneInputError(f"--configs {path}: no config names in it (one per line, as `cudal2 tune` prints them)")
+    return names
+
+
 def prune_category(reason: str) -> str:
     """A prune reason with its numbers masked, so that reasons of one kind count together."""
     return re.sub(r"\d+", "#", reason)
@@ -234,7 +262,8 @@ class Tuner:
             raise TuneInputError(str(e)) from None
         self._check_vary(options)
         self.strategy = make_strategy(options.strategy, self.families, options.seed, self.tasks, self.arch,
-                                      options.sms or sm_count(self.gpu, self.arch), options.vary)
+                                      options.sms or sm_count(self.gpu, self.arch), options.vary,
+                                      self._given(options))
         if options.strategy.reads_cublaslt_algos:
             self._feed_cublaslt_algos()
             if options.cublas_kernels is not None:
@@ -260,6 +289,13 @@ class Tuner:
         if unknown := [name for name in options.vary if name not in known]:
             raise TuneInputError(f"--vary {unknown[0]}: not a parameter of the families searched "
                                  f"(known: {', '.join(sorted(known))})")
+
+    def _given(self, options: TuneOptions) -> tuple[Candidate, ...]:
+        """The configs --strategy given measures, parsed from their names; only that strategy takes a list."""
+        if (options.strategy is Strategy.GIVEN) != bool(options.given):
+            raise TuneInputError("--strategy given measures the configs --configs FILE names; the list goes with it "
+                                 "alone")
+        return tuple(candidate_named(self.families, name) for name in options.given)
 
     def _plan_label(self, options: TuneOptions) -> str | None:
         """The stored GPU label --plan-as names, None without it."""

@@ -39,6 +39,9 @@
                   family's `rerender_gain` (1 where a change only shaves a constant; sm90's tiles that gained
                   one wide wgmma per K step may run up to 1.8x faster). Configs whose render is unchanged are
                   never proposed: the store already answers them.
+    given         no search: the configs a list names (tune --configs FILE, one config name per line), in its order,
+                  each on every target shape it supports; for configs designed by hand (or by a policy) for a set of
+                  shapes, measured with the tuner's parallel compiles, store and resume.
     model         no search: a cost model (cudal2.cost_model: gradient-boosted trees on the configs' parameters, the
                   shapes and how each cut fits them) learns ln(time) from every result the store holds on this GPU,
                   then ranks, for each target shape, the configs measured on its MODEL_NEAREST nearest measured shapes
@@ -112,6 +115,7 @@ class Strategy(str, Enum):
     NEIGHBOURS = "neighbours"
     CUBLASLT = "cublaslt"
     MODEL = "model"
+    GIVEN = "given"
 
     @property
     def plans_from_store(self) -> bool:
@@ -449,6 +453,21 @@ def one_step(parent: Candidate, arch: str, vary: tuple[str, ...] = ()) -> list[C
     return list(out.values())
 
 
+class GivenSearch(PlannedSearch):
+    """The configs of a list, in its order, on every target shape each supports (see the module docstring)."""
+
+    def __init__(self, families: tuple[KernelFamily, ...], rng: random.Random, targets: tuple[Task, ...],
+                 given: tuple[Candidate, ...]):
+        super().__init__(families, rng, targets)
+        self.given = given
+
+    def _pick(self, picks: _Picks) -> None:
+        for rank, cand in enumerate(self.given):
+            for target in self.targets:
+                if cand.family.supports(cand.cfg, target) is None:
+                    picks.add(cand, rank, target)
+
+
 class CublasLtSearch(_FreshPlan):
     """The configs nearest to cuBLASLt's autotuned algorithm on each target (see the module docstring)."""
 
@@ -588,11 +607,14 @@ def log_distance(a: Task, b: Task) -> float:
 
 
 def make_strategy(kind: Strategy, families: tuple[KernelFamily, ...], seed: int, targets: tuple[Task, ...] = (),
-                  arch: str = "sm_90a", sms: int = 132, vary: tuple[str, ...] = ()) -> RandomSearch:
+                  arch: str = "sm_90a", sms: int = 132, vary: tuple[str, ...] = (),
+                  given: tuple[Candidate, ...] = ()) -> RandomSearch:
     """`targets`: the shapes of the run (the planned strategies plan over them; the others ignore them); `arch`:
     the compile target fill and neighbours prune for; `sms`: the SM count fill's wave model fills; `vary`: the
-    parameters neighbours steps along (() = all)."""
+    parameters neighbours steps along (() = all); `given`: the configs the given strategy proposes."""
     rng = random.Random(seed)
+    if kind is Strategy.GIVEN:
+        return GivenSearch(families, rng, targets, given)
     if kind is Strategy.TRANSFER:
         return TransferSearch(families, rng, targets)
     if kind is Strategy.FILL:

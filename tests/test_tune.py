@@ -368,6 +368,15 @@ def test_neighbours_vary_steps_only_along_the_named_parameters():
 
 
 
+def test_given_plans_the_listed_configs_in_order_on_the_shapes_each_supports():
+    odd_k = Task(77, 1000, 333)  # K % 8 != 0: no sm90 config takes it (TMA)
+    listed = (_sm90(bm=256), Candidate(SMALL, SMALL.default()), _sm90())
+    search = tune_search.make_strategy(Strategy.GIVEN, (SM90, SMALL), 0, (Task(64, 64, 64), odd_k), given=listed)
+    plan = list(iter(search.propose, None))
+    assert [p.candidate.name for p in plan] == [c.name for c in listed]
+    assert [p.shapes for p in plan] == [(Task(64, 64, 64),), (Task(64, 64, 64), odd_k), (Task(64, 64, 64),)]
+
+
 def test_one_step_reaches_the_basic_twin_of_a_swizzled_winner():
     """`basic` takes no swizzle, raster order or stream-K: a winner that set them steps to basic by settling them
     (86 grid winners went basic, 1.096x over the winner before, RESULTS eighteenth session), and a basic parent's
@@ -628,6 +637,10 @@ def test_time_budget_stops_the_run(tmp_path):
      "--vary bogus: not a parameter"),
     ({"strategy": Strategy.NEIGHBOURS, "vary": ("epi_n",)}, "--vary epi_n: not a parameter"),  # not of `small`
     ({"cublas_kernels": Path("cublas.txt")}, "--cublas-kernels feeds --strategy cublaslt"),
+    ({"strategy": Strategy.GIVEN}, "--strategy given measures the configs --configs FILE names"),
+    ({"given": ("small-bm32-bn64-warps_m1-warps_n2-warps_k2-k_unroll1-accfp32",)}, "the list goes with it alone"),
+    ({"strategy": Strategy.GIVEN, "given": ("sm80_mma-bm16",)}, "its family is not one searched"),
+    ({"strategy": Strategy.GIVEN, "given": ("small-bm32-bn64",)}, "config 'small-bm32-bn64': missing parameter"),
 ])
 def test_bad_options_are_input_errors(tmp_path, kw, message):
     with pytest.raises(tune.TuneInputError, match=message):
@@ -676,6 +689,24 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     assert code == 0 and "| 64_64_64 | fp32 | - |" in out
 
 
+def test_read_config_names_skips_comments_and_blank_lines(tmp_path):
+    listed = tmp_path / "configs.txt"
+    listed.write_text("# long K\nsmall-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8  # 8 groups\n\n")
+    assert tune.read_config_names(listed) == ("small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8",)
+    listed.write_text("# nothing\n")
+    with pytest.raises(tune.TuneInputError, match="no config names in it"):
+        tune.read_config_names(listed)
+
+
+def test_the_committed_config_lists_name_configs_worth_compiling():
+    for listed in sorted((ROOT / "benchmarks" / "given").glob("*.txt")):
+        names = tune.read_config_names(listed)
+        for name in names:
+            cand = tune.candidate_named(tune.FAMILIES, name)
+            assert cand.family.prune(cand.cfg, "sm_90a") is None, name
+        assert len(set(names)) == len(names), listed
+
+
 @pytest.mark.parametrize("argv", [
     ["--mnk", "64_64"],
     ["--shapes", "/no/such.csv", "--compile-only"],
@@ -686,6 +717,8 @@ def test_cli_compile_only_then_show(capsys, tmp_path):
     ["--mnk", "64_64_64", "--worst", "-1", "--compile-only"],
     ["--mnk", "64_64_64", "--won-only", "--compile-only"],  # --won-only reads GPU results too
     ["--mnk", "64_64_64", "--vary", "epi_n", "--compile-only"],  # --vary needs --strategy neighbours
+    ["--mnk", "64_64_64", "--strategy", "given", "--configs", "/no/such.txt", "--compile-only"],
+    ["--mnk", "64_64_64", "--strategy", "given", "--compile-only"],  # given needs --configs
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv):
     code, out, err = run_cli(capsys, "tune", *argv, "--db", str(tmp_path / "r.sqlite"))
@@ -741,6 +774,22 @@ def test_gpu_path_ranks_resumes_and_reports_with_a_simulated_gpu(tmp_path, monke
                             out=lines.append, runner=SIMULATED)
     assert evolutionary.warm_start == 6 and evolutionary.submitted >= 1
     assert min(b.median_us for b in evolutionary.best) <= min(b.median_us for b in first.best)
+
+
+def test_given_run_measures_the_listed_configs_then_resumes_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "detect_gpu", lambda index=0: FAKE_GPU)
+    listed = [replace(SMALL.default(), grid_k=g) for g in (4, 1, 2)]
+    names = tuple(config_name(SMALL, c) for c in listed)
+    options = _options(tmp_path, compile_only=False, strategy=Strategy.GIVEN, given=names, max_configs=10)
+    first = tune.run(options, TWO_SHAPES, out=lambda _: None, runner=SIMULATED)
+    assert (first.submitted, first.statuses[Status.OK.value], first.stop_reason) == (3, 6, "the strategy has proposed everything it had")
+    with ResultStore(tmp_path / "r.sqlite") as store, TuneLog(store) as log:
+        for cfg in listed:  # each measured on both shapes and named in the tuner's table
+            h = source_hash(SMALL.render(cfg))
+            assert log.config_of(h).name == config_name(SMALL, cfg)
+            assert all(store.best(t, FAKE_GPU.label, baseline=None, limit=10) for t in TWO_SHAPES)
+    again = tune.run(options, TWO_SHAPES, out=lambda _: None, runner=SIMULATED)
+    assert (again.submitted, again.resumed) == (0, 3)
 
 
 @pytest.mark.nvcc
@@ -1039,20 +1088,26 @@ def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_pa
     sm90 stream-K sources as measured before commit b946c64, which cleared their flags through CUTLASS's
     initialize() (a memset node); sm90 tiles whose N needs CuTe's extended wgmma shapes, as measured before they
     had them (several narrower wgmmas per K step); and split-K sources whose splitk_reduce runs (sm90 as a batch,
-    sm80 through the workspace) as measured before e360e52, which added one split's partial at a time.
-    `tune --strategy rerender` measures their new renders."""
+    sm80 through the workspace) as measured before e360e52, which added one split's partial at a time; and the
+    last-arrival reductions (small grid_k, sm80 reduce=last) as measured with a fence in every thread, before the
+    shared `last_arrival` helper fenced once per CTA. `tune --strategy rerender` measures their new renders."""
     db = _benchmark("wave_model_check").open_db(COMMITTED_STORE, tmp_path)
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT t.source_hash, t.family, t.params_json, s.source FROM tune_configs t"
                             " JOIN sources s USING (source_hash)").fetchall()
     families = {f.name: f for f in tune.FAMILIES}
     assert len(rows) > 300
-    rerendered = {"streamk": 0, "extended": 0, "reduce": 0}
+    rerendered = {"streamk": 0, "extended": 0, "reduce": 0, "last_arrival": 0}
     for stored_hash, family, params, stored_source in rows:
         f = families[family]
         cfg = f.make(json.loads(params))
         today = f.render(cfg)
         if source_hash(today) == stored_hash:
+            continue
+        if f.tiling(cfg).last_arrival:
+            assert "fence_gpu();      // this thread's" in stored_source and "last_arrival(" not in stored_source
+            assert cuda_parts.LAST_ARRIVAL_SYNC in today
+            rerendered["last_arrival"] += 1
             continue
         if (older := _one_by_one_reduce(family, cfg, today)) is not None:
             rerendered["reduce"] += 1
@@ -1069,6 +1124,7 @@ def test_every_config_in_the_committed_store_renders_to_its_stored_source(tmp_pa
         assert "gemm.initialize(args, workspace, stream)" in stored_source and "clear_flags" in today
         rerendered["streamk"] += 1
     assert rerendered["streamk"] > 0 and rerendered["extended"] > 0 and rerendered["reduce"] > 0
+    assert rerendered["last_arrival"] == 9  # 5 small grid_k and 4 sm80 reduce=last configs, measured in delta 0001
 
 
 def _one_by_one_reduce(family: str, cfg, today: str) -> str | None:

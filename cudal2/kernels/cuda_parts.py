@@ -83,10 +83,10 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 }
 """
 
-# The last-arrival reduction (the small family's grid_k, sm80's reduce=last): the CTAs of one output tile write their fp32 partials to the
-# workspace and take a ticket; the one that finds every other arrival in sums them, in one launch. The pattern of the
-# CUDA samples' threadFenceReduction: every writer fences before its CTA takes the ticket; the last arrival fences
-# before it reads, and reads past L1 (not coherent between SMs).
+# The last-arrival reduction (the small family's grid_k, sm80's reduce=last): the CTAs of one output tile write their fp32
+# partials to the workspace and take a ticket; the one that finds every other arrival in sums them, in one launch.
+# LAST_ARRIVAL holds the memory primitives (the CPU emulator swaps them for host atomics); LAST_ARRIVAL_SYNC the
+# protocol built on them, shared by both families.
 # Tickets a library keeps for it (256 KiB of device memory): one per output tile (sm80) or per tile and CTA rank
 # (small); a shape needing more takes the family's path without tickets.
 MAX_TICKETS = 1 << 16
@@ -99,6 +99,27 @@ __device__ __forceinline__ void ticket_reset(unsigned int* ticket) { atomicExch(
 __device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { __stcg(p, v); }
 __device__ __forceinline__ float2 load_l2_f2(const float2* p) { return __ldcg(p); }
 __device__ __forceinline__ float load_l2_f(const float* p) { return __ldcg(p); }
+"""
+LAST_ARRIVAL_SYNC = """\
+// Every thread of a CTA calls this after its last workspace write (stored past L1). It returns true, in every thread,
+// in the CTA that draws the last of `arrivals` tickets: that CTA has reset the ticket and may read the others'
+// writes (past L1). One thread fences and draws after the barrier, as cooperative groups' grid sync and CUTLASS's
+// semaphore do: the barrier orders the CTA's writes before thread 0's fence, whose cumulativity makes them visible
+// on every SM before the ticket moves; one fence per CTA, not one per thread. `flag`: one int of shared memory.
+__device__ __forceinline__ bool last_arrival(unsigned int* ticket, unsigned int arrivals, volatile int* flag) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        fence_gpu();
+        const bool last = ticket_arrive(ticket) == arrivals - 1;
+        if (last) {
+            ticket_reset(ticket);
+            fence_gpu();  // the other CTAs fenced before their tickets: their writes are visible from here on
+        }
+        *flag = last;
+    }
+    __syncthreads();
+    return *flag != 0;
+}
 """
 
 # Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,

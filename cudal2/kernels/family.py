@@ -116,6 +116,38 @@ def config_name(family: KernelFamily, cfg: Any) -> str:
     return "-".join([family.name, *parts])
 
 
+def config_from_name(family: KernelFamily, name: str) -> Any:
+    """The config whose `config_name` is `name` (the inverse, for names a researcher lists: `tune --strategy given`).
+    Each `-`-separated part is a parameter name followed by its value as names print it; ADDED_LATER parameters a
+    name leaves out take their defaults. Raises BadConfig naming what does not parse."""
+    prefix, _, rest = name.partition("-")
+    if prefix != family.name or not rest:
+        raise BadConfig(f"{name!r} is not a {family.name} config name ({family.name}-<param><value>-...)")
+    space = family.space()
+    # Valid values per field: the searched space, and on/off for a flag kept out of the search (sm90's host_cache).
+    values = {f.name: space.get(f.name, (False, True) if isinstance(f.default, bool) else ())
+              for f in fields(family.default())}
+    params: dict[str, Any] = {}
+    for part in rest.split("-"):
+        # The longest parameter name that prefixes the part and leaves one of its values (names such as "split_k"
+        # and "splits" share a prefix).
+        found = [(key, value) for key in sorted(values, key=len, reverse=True) if part.startswith(key)
+                 for value in values[key] if _short(value) == part[len(key):]]
+        if not found:
+            raise BadConfig(f"{name!r}: {part!r} is no parameter of {family.name} with a value of its space")
+        key, value = found[0]
+        if key in params:
+            raise BadConfig(f"{name!r}: {key} given twice")
+        params[key] = value
+    try:
+        cfg = family.make(params)
+    except BadConfig as e:
+        raise BadConfig(f"{name!r}: {e}") from None
+    if config_name(family, cfg) != name:  # e.g. parameters out of order, or an ADDED_LATER one at its default
+        raise BadConfig(f"{name!r} is not as {family.name} names its configs: {config_name(family, cfg)!r}")
+    return cfg
+
+
 def config_params(cfg: Any) -> dict[str, Any]:
     return asdict(cfg)
 

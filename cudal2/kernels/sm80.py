@@ -305,7 +305,7 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
     if cfg.reduce is Reduce.LAST:
         constant_rows += [("int", "MAX_TICKETS", str(cuda_parts.MAX_TICKETS), "tiles with a ticket: more are summed by splitk_reduce")]
-        values.update(_LAST_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + _TICKETS)
+        values.update(_LAST_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS)
     reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
@@ -323,14 +323,7 @@ _LAST_PARTS = {
         // Every split's partial of this tile is in its slab once the tile's ticket is drawn gridDim.z times; the
         // block drawing the last one sums the tile over the splits in order z = 0, 1, ... (as splitk_reduce does).
         __shared__ int last;
-        fence_gpu();      // this thread's partials visible on every SM before its block takes the ticket
-        __syncthreads();  // ... and every other thread's
-        unsigned int* ticket = &g_tickets[blockIdx.x];
-        if (tid == 0) last = ticket_arrive(ticket) == gridDim.z - 1;
-        __syncthreads();
-        if (!last) return;
-        if (tid == 0) ticket_reset(ticket);
-        fence_gpu();  // the other splits fenced their partials before their tickets: visible from here on
+        if (!last_arrival(&g_tickets[blockIdx.x], gridDim.z, &last)) return;
         const int splits = (int)gridDim.z;
         for (int i = tid; i < BM * (BN / 2); i += THREADS) {
             const int row = m0 + i / (BN / 2), col = n0 + 2 * (i % (BN / 2));

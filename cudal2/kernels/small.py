@@ -225,7 +225,8 @@ Shapes
         "accumulator": cuda_parts.accumulator(cfg.acc),
         "store_pair": cuda_parts.STORE_PAIR,
         "cut_helpers": "".join([cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX if cluster else "",
-                                cuda_parts.LAST_ARRIVAL + _TICKETS + _STORE_PARKED_PAIR if grid else "",
+                                cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS + _STORE_PARKED_PAIR
+                                if grid else "",
                                 _STORE_PARKED_PAIR if parked and not grid else "",
                                 "\n" if parked else ""]),
         "ws_param": ", float2* __restrict__ ws" if grid else "",
@@ -425,15 +426,9 @@ _GROUP_SUM = """        if (groups == 1) store_parked_pair(C, M, N, vec, e, sum)
         else store_l2_f2(&ws[((size_t)group * tiles + tile) * PAIRS + e], sum);
 """
 _LAST_ARRIVAL = """    if (groups > 1) {
-        fence_gpu();      // this thread's workspace writes visible on every SM before its CTA takes the ticket
-        __syncthreads();  // ... and every other thread's
         unsigned int* ticket = &g_tickets[tile * CLUSTER_K + rank];
-        volatile int* last = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
-        if (threadIdx.x == 0) *last = ticket_arrive(ticket) == (unsigned int)(GRID_K - 1);
-        __syncthreads();
-        if (!*last) return;  // another group adds this share
-        if (threadIdx.x == 0) ticket_reset(ticket);
-        fence_gpu();  // the other groups fenced their sums before their tickets: visible from here on
+        volatile int* flag = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
+        if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
 #pragma unroll 4
         for (int e = rank * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
             float2 p[GRID_K];  // every group's pair loaded before any is added: GRID_K loads in flight

@@ -15,8 +15,9 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
     PDL                griddepcontrol.launch_dependents / .wait: nothing to do, a grid runs to its end before the
                        next launch starts (the launch attribute is ignored).
     last arrival       atomicAdd / atomicExch on a ticket as host atomics, __threadfence as a fence, loads and stores
-                       past L1 as plain ones (cuda_parts.LAST_ARRIVAL); the library's __device__ tickets are a host
-                       global, zero at start, so a ticket left nonzero shows in the next call.
+                       past L1 as plain ones (cuda_parts.LAST_ARRIVAL); the protocol over them (LAST_ARRIVAL_SYNC)
+                       runs as written; the library's __device__ tickets are a host global, zero at start, so a ticket
+                       left nonzero shows in the next call.
 
 One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
 cluster at the same time, each with its own shared memory, clusters one after the other in a shuffled order (new

@@ -163,7 +163,7 @@ def test_pdl_starts_the_workspace_reduction_early_and_leaves_older_configs_as_re
 
 def test_last_arrival_sums_each_tile_in_the_launch_and_leaves_older_configs_as_rendered():
     source = FAMILY.render(LAST)
-    for text in ("__device__ unsigned int g_tickets[MAX_TICKETS];", "ticket_arrive(ticket) == gridDim.z - 1",
+    for text in ("__device__ unsigned int g_tickets[MAX_TICKETS];", "last_arrival(&g_tickets[blockIdx.x], gridDim.z, &last)",
                  "ticket_reset(ticket)", "load_partial(p + (size_t)z * (size_t)M * (size_t)N, N, col)",
                  "> MAX_TICKETS)\n            splitk_reduce<<<", "summed by each tile's last block to arrive"):
         assert text in source, text

@@ -107,7 +107,7 @@ def test_cluster_k_cuts_k_over_a_cluster_in_one_launch():
 
 def test_grid_k_sums_groups_by_the_last_arrival_in_one_launch():
     source = FAMILY.render(GRID_8)
-    for text in ("constexpr int GRID_K = 8;", "__device__ unsigned int g_tickets[MAX_TICKETS];", "ticket_arrive(ticket)",
+    for text in ("constexpr int GRID_K = 8;", "__device__ unsigned int g_tickets[MAX_TICKETS];", "last_arrival(ticket, GRID_K, flag)",
                  "ticket_reset(ticket)", 'extern "C" size_t cudal2_workspace_bytes', "grid_k      = 8",
                  "CLUSTER_K * (unsigned)plan_groups(M, N)", "__syncthreads();  // every K-warp's partial parked"):
         assert text in source, text
@@ -171,7 +171,8 @@ def test_grid_k_with_more_tiles_than_tickets_runs_as_one_group(tmp_path):
 def test_the_emulator_catches_a_ticket_left_behind(tmp_path):
     # Without the reset, a tile's ticket ends a call at GRID_K, so in the next call no group draws the last ticket
     # and the tile is never stored: the check must fail.
-    source = FAMILY.render(GRID_8).replace("if (threadIdx.x == 0) ticket_reset(ticket);", "")
+    source = FAMILY.render(GRID_8).replace("            ticket_reset(ticket);\n", "")
+    assert source != FAMILY.render(GRID_8)
     with pytest.raises(AssertionError, match="later call"):
         family_checks.emulate(FAMILY, GRID_8, tmp_path, [(33, 17, 333, (0, 0, 0))], calls=2, source=source)
 
