@@ -198,47 +198,47 @@ void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, di
     std::mt19937 order_rng(1000 + launches++);
     std::shuffle(origins.begin(), origins.end(), order_rng);
     for (const dim3& o : origins) {
-                const unsigned x0 = o.x, y0 = o.y, z0 = o.z;
-                std::vector<std::unique_ptr<unsigned char[]>> bufs;
-                std::vector<unsigned char*> ptrs;
-                std::vector<std::unique_ptr<std::barrier<>>> owned;
-                std::vector<std::vector<Warp>> ws(csize, std::vector<Warp>(nthreads / 32));
-                std::vector<std::barrier<>*> bars;
-                for (unsigned b = 0; b < csize; ++b) {
-                    bufs.emplace_back(new unsigned char[SMEM_CAP]);
-                    memset(bufs.back().get(), 0xff, SMEM_CAP);
-                    ptrs.push_back(bufs.back().get());
-                    owned.emplace_back(new std::barrier<>(nthreads));
-                    bars.push_back(owned.back().get());
-                    for (auto& w : ws[b]) {
-                        owned.emplace_back(new std::barrier<>(32));
-                        w.bar = owned.back().get();
-                    }
-                }
-                std::barrier<> cbar(csize * nthreads);
-                std::vector<std::thread> threads;
-                for (unsigned b = 0; b < csize; ++b)  // rank b = x + y * cl.x + z * cl.x * cl.y, as in CUDA
-                    for (unsigned t = 0; t < nthreads; ++t)
-                        threads.emplace_back([&, b, t] {
-                            tidx = make_uint3(t, 0, 0);
-                            bidx = make_uint3(x0 + b % cl.x, y0 + (b / cl.x) % cl.y, z0 + b / (cl.x * cl.y));
-                            gdim = grid;
-                            bdim = block;
-                            smem_base = ptrs[b];
-                            crank = b;
-                            cluster_bar = &cbar;
-                            cluster_smem = &ptrs;
-                            block_bar = bars[b];
-                            my_warp = &ws[b][t / 32];
-                            open_group.clear();
-                            committed.clear();
-                            kernel(args...);
-                            if (!open_group.empty()) fail("cp.async copies never committed");
-                            for (const auto& g : committed)
-                                if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
-                        });
-                for (auto& th : threads) th.join();
+        const unsigned x0 = o.x, y0 = o.y, z0 = o.z;
+        std::vector<std::unique_ptr<unsigned char[]>> bufs;
+        std::vector<unsigned char*> ptrs;
+        std::vector<std::unique_ptr<std::barrier<>>> owned;
+        std::vector<std::vector<Warp>> ws(csize, std::vector<Warp>(nthreads / 32));
+        std::vector<std::barrier<>*> bars;
+        for (unsigned b = 0; b < csize; ++b) {
+            bufs.emplace_back(new unsigned char[SMEM_CAP]);
+            memset(bufs.back().get(), 0xff, SMEM_CAP);
+            ptrs.push_back(bufs.back().get());
+            owned.emplace_back(new std::barrier<>(nthreads));
+            bars.push_back(owned.back().get());
+            for (auto& w : ws[b]) {
+                owned.emplace_back(new std::barrier<>(32));
+                w.bar = owned.back().get();
             }
+        }
+        std::barrier<> cbar(csize * nthreads);
+        std::vector<std::thread> threads;
+        for (unsigned b = 0; b < csize; ++b)  // rank b = x + y * cl.x + z * cl.x * cl.y, as in CUDA
+            for (unsigned t = 0; t < nthreads; ++t)
+                threads.emplace_back([&, b, t] {
+                    tidx = make_uint3(t, 0, 0);
+                    bidx = make_uint3(x0 + b % cl.x, y0 + (b / cl.x) % cl.y, z0 + b / (cl.x * cl.y));
+                    gdim = grid;
+                    bdim = block;
+                    smem_base = ptrs[b];
+                    crank = b;
+                    cluster_bar = &cbar;
+                    cluster_smem = &ptrs;
+                    block_bar = bars[b];
+                    my_warp = &ws[b][t / 32];
+                    open_group.clear();
+                    committed.clear();
+                    kernel(args...);
+                    if (!open_group.empty()) fail("cp.async copies never committed");
+                    for (const auto& g : committed)
+                        if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
+                });
+        for (auto& th : threads) th.join();
+    }
 }
 
 template <class... P, class... Args>
