@@ -39,10 +39,13 @@ batch dimensions to 2-D. Kernels are built once per source with the evaluator's 
 content-addressed on-disk cache (a hit when this machine evaluated them), then loaded with ctypes and called
 with raw pointers on torch.cuda.current_stream(); workspace comes from torch's caching allocator, so calls are
 safe to capture. Building happens on the first call of a shape (or all at once: load_library(build=True)):
-call each shape once before capturing a CUDA graph, as torch requires for any op. One exception to stream
-safety: a small-family kernel with grid_k > 1 or an sm80 one with reduce=last keeps its tiles' tickets in the
-library's own device memory (cudal2/kernels/small.py, sm80.py), so the same library must not run on two streams at
-the same time.
+call each shape once before capturing a CUDA graph, as torch requires for any op. A small-family kernel with
+grid_k > 1 or an sm80 one with reduce=last keeps its tiles' tickets in the library's own device memory
+(cudal2/kernels/small.py, sm80.py): two of its launches must never overlap. Eager calls of such a kernel are put in
+one order: a call on another stream than the kernel's last first waits for that stream's work (`_in_stream_order`).
+Calls under graph capture are not ordered (the capture stream already follows the eager work before it), so a graph
+that runs one such kernel on two of its branches, or replays while another stream calls the kernel, is the caller's
+to order.
 
 Units: times are microseconds (`_us`), speedups are torch's time over ours (>1: faster than torch.matmul).
 """
@@ -50,6 +53,7 @@ Units: times are microseconds (`_us`), speedups are torch's time over ours (>1: 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import importlib.util
 import math
@@ -59,6 +63,7 @@ import shutil
 import threading
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -238,6 +243,18 @@ class Failure:
     reason: str
 
 
+# In a source, what shows that its tiles meet at tickets in the library's device memory (cuda_parts.LAST_ARRIVAL_SYNC).
+TICKETS_MARK = "__device__ unsigned int g_tickets["
+
+
+@dataclass
+class StreamOrder:
+    """The stream each device last ran a ticket kernel on (raw handle), and the lock that orders its launches."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last: dict[int, int] = field(default_factory=dict)  # device index -> stream
+
+
 @dataclass(frozen=True)
 class LoadedKernel:
     """One built kernel library, loaded in this process: the contract's two entry points."""
@@ -245,6 +262,7 @@ class LoadedKernel:
     lib_path: str
     hgemm: Any  # ctypes function: int cudal2_hgemm(A, B, C, M, N, K, workspace, workspace_bytes, stream)
     workspace_bytes: Any | None  # ctypes function: size_t cudal2_workspace_bytes(M, N, K), if exported
+    order: StreamOrder | None = None  # set when the source keeps tickets (TICKETS_MARK): its launches are ordered
 
 
 def _cuda_major(nvcc_version_line: str) -> int | None:
@@ -343,7 +361,12 @@ def build_kernel(source_path: Path, source_hash: str, arch: str, cache_dir: Path
     if isinstance(lib_path, Failure):
         return lib_path
     problem = _load_cuda()
-    return Failure(problem) if problem else bind(lib_path)
+    if problem:
+        return Failure(problem)
+    kernel = bind(lib_path)
+    if isinstance(kernel, LoadedKernel) and TICKETS_MARK in source_path.read_text():
+        return dataclasses.replace(kernel, order=StreamOrder())
+    return kernel
 
 
 class Library:
@@ -562,10 +585,30 @@ def _launch(kernel: LoadedKernel, a: torch.Tensor, b: torch.Tensor) -> torch.Ten
     ws_bytes = int(kernel.workspace_bytes(m, n, k)) if kernel.workspace_bytes is not None else 0
     # From the caching allocator: stream-ordered reuse, and from the graph's private pool during capture.
     ws = torch.empty(ws_bytes, dtype=torch.uint8, device=a.device) if ws_bytes else None
-    stream = _current_stream(a.device.index)
-    rc = kernel.hgemm(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k,
-                      ws.data_ptr() if ws is not None else None, ws_bytes, stream)
+    index = a.device.index
+    stream = _current_stream(index)
+
+    def call() -> int:
+        return kernel.hgemm(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k,
+                            ws.data_ptr() if ws is not None else None, ws_bytes, stream)
+
+    rc = call() if kernel.order is None else _in_stream_order(kernel.order, index, stream, call)
     return c if rc == 0 else f"returned {rc} on {m}_{n}_{k}"
+
+
+def _in_stream_order(order: StreamOrder, index: int, stream: int, launch: Callable[[], int]) -> int:
+    """`launch` a ticket kernel after every earlier launch of it on device `index`: where the last one went to
+    another stream, the current stream first waits for that stream's work so far (an event recorded there), so no two
+    launches overlap and their tickets stay apart. The lock covers the launch, so a thread that waits records its
+    event after the launch before it. Not under graph capture, where a wait on a stream outside the capture is
+    refused (see the module docstring)."""
+    with order.lock:
+        if not torch.cuda.is_current_stream_capturing():
+            last = order.last.get(index)
+            if last is not None and last != stream:
+                torch.cuda.current_stream(index).wait_stream(torch.cuda.ExternalStream(last, device=index))
+            order.last[index] = stream
+        return launch()
 
 
 def _run(decision: Decision, kernel: LoadedKernel, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | str:

@@ -25,6 +25,8 @@ from cudal2.export import (
     sha256_text,
     write_library,
 )
+from cudal2.kernels.sm80 import Reduce, Sm80Family
+from cudal2.kernels.small import SmallConfig, SmallFamily
 from cudal2.sandbox.types import Acc, Task
 from tests.library_fixtures import GPU, entry, manifest, write_fixture_library
 
@@ -350,6 +352,56 @@ def test_compile_and_bind_a_real_kernel(tmp_path: Path) -> None:
     assert isinstance(failure, ops.Failure) and "compile_error" in failure.reason
 
 
+# The small family's grid_k measured fastest on 64x64x4096 on the H200 (benchmarks/RESULTS.md, thirty-eighth session).
+TICKET_CONFIG = SmallConfig(16, 16, 1, 2, 8, 2, Acc.FP32, grid_k=8)
+
+
+def test_the_ticket_mark_finds_exactly_the_kernels_with_tickets() -> None:
+    small, sm80 = SmallFamily(), Sm80Family()
+    with_tickets = [small.render(TICKET_CONFIG), sm80.render(dataclasses.replace(sm80.default(), split_k=8,
+                                                                                  reduce=Reduce.LAST))]
+    without = [small.render(small.default()), small.render(dataclasses.replace(TICKET_CONFIG, grid_k=1, cluster_k=8)),
+               sm80.render(dataclasses.replace(sm80.default(), split_k=8, reduce=Reduce.CLUSTER)),
+               (ROOT / "kernels" / "seed" / "mma_multistage.cu").read_text()]
+    assert all(ops.TICKETS_MARK in s for s in with_tickets)
+    assert not any(ops.TICKETS_MARK in s for s in without)
+
+
+class _Recorder:
+    """torch.cuda's stream calls that `_in_stream_order` makes, recorded (no GPU here): what waited for what."""
+
+    def __init__(self, monkeypatch, capturing: bool = False) -> None:
+        self.current, self.waits = 0, []
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+        monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle, device: ("stream", handle, device))
+        recorder = self
+
+        class Current:
+            def wait_stream(self, other) -> None:
+                recorder.waits.append((recorder.current, other))
+
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda index: Current())
+
+    def call(self, order: ops.StreamOrder, stream: int, device: int = 0) -> int:
+        self.current = stream
+        return ops._in_stream_order(order, device, stream, lambda: stream * 10)
+
+
+def test_ticket_kernel_launches_wait_for_the_stream_that_ran_one_last(monkeypatch) -> None:
+    rec, order = _Recorder(monkeypatch), ops.StreamOrder()
+    assert [rec.call(order, s) for s in (7, 7, 8, 8, 7)] == [70, 70, 80, 80, 70]  # the launch's return value
+    assert rec.waits == [(8, ("stream", 7, 0)), (7, ("stream", 8, 0))]  # only where the stream changed
+    rec.call(order, 9, device=1)  # another device: its own order
+    assert len(rec.waits) == 2 and order.last == {0: 7, 1: 9}
+
+
+def test_ticket_kernel_launches_under_graph_capture_are_not_ordered(monkeypatch) -> None:
+    rec, order = _Recorder(monkeypatch, capturing=True), ops.StreamOrder()
+    order.last[0] = 7
+    assert rec.call(order, 8) == 80
+    assert rec.waits == [] and order.last == {0: 7}
+
+
 # -- GPU: real kernels, exported from real evaluations --------------------------------------------------------
 
 # The seed kernel is slower than cuBLAS, so it is exported with --min-speedup 0 and loaded with min_speedup=0:
@@ -573,6 +625,35 @@ def test_kernel_returning_nonzero_falls_back_and_says_why(tmp_path: Path) -> Non
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="cudal2.ops")  # never retried, so no second warning
         ops.hgemm(a, b)
+
+
+@pytest.mark.gpu
+def test_a_ticket_kernel_called_on_two_streams_at_once_stays_correct(tmp_path: Path) -> None:
+    """Two streams call the same grid_k kernel back to back, 40 times each, with nothing between them: the calls are
+    put in one order (a ticket left to another stream's launch would leave a tile unstored or summed twice)."""
+    label = ops._device_info(torch.cuda.current_device()).label
+    source = SmallFamily().render(TICKET_CONFIG)
+    e = dataclasses.replace(entry(64, 64, 4096, 1.0, 10.0, gpu=label), source_hash=sha256_text(source))
+    (tmp_path / e.file).write_text(source)
+    manifest(e, gpu=label).save(tmp_path)
+    library = ops.load_library(tmp_path, cache_dir=BUILDS, build=True)
+    assert ops.explain(64, 64, 4096).route is ops.Route.EXACT
+    inputs = [(cuda_half(64, 4096), cuda_half(64, 4096)) for _ in range(2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs: list[list[torch.Tensor]] = [[], []]
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="cudal2.ops")
+        for _ in range(40):
+            for i, stream in enumerate(streams):
+                with torch.cuda.stream(stream):
+                    outs[i].append(ops.hgemm(*inputs[i]))
+    torch.cuda.synchronize()
+    for (a, b), results in zip(inputs, outs):
+        assert rel_err(results[0], a, b) <= tol(4096)
+        assert all(torch.equal(c, results[0]) for c in results)  # the kernel is deterministic
+    kernel = library.kernel(library.manifest.kernels[0], ops._device_info(torch.cuda.current_device()).arch)
+    assert kernel.order is not None and kernel.order.last
 
 
 @pytest.mark.gpu
