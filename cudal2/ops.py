@@ -601,7 +601,8 @@ def _in_stream_order(order: StreamOrder, index: int, stream: int, launch: Callab
     another stream, the current stream first waits for that stream's work so far (an event recorded there), so no two
     launches overlap and their tickets stay apart. The lock covers the launch, so a thread that waits records its
     event after the launch before it. Not under graph capture, where a wait on a stream outside the capture is
-    refused (see the module docstring)."""
+    refused (see the module docstring). The last call's stream must still exist: torch's streams come from a pool
+    and are never destroyed; an external stream destroyed between two calls is not supported."""
     with order.lock:
         if not torch.cuda.is_current_stream_capturing():
             last = order.last.get(index)

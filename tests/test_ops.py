@@ -649,7 +649,7 @@ def test_a_ticket_kernel_called_on_two_streams_at_once_stays_correct(tmp_path: P
                 with torch.cuda.stream(stream):
                     outs[i].append(ops.hgemm(*inputs[i]))
     torch.cuda.synchronize()
-    for (a, b), results in zip(inputs, outs):
+    for (a, b), results in zip(inputs, outs, strict=True):
         assert rel_err(results[0], a, b) <= tol(4096)
         assert all(torch.equal(c, results[0]) for c in results)  # the kernel is deterministic
     kernel = library.kernel(library.manifest.kernels[0], ops._device_info(torch.cuda.current_device()).arch)

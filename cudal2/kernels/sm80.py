@@ -305,7 +305,8 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         values["cluster_launch"] = string.Template(values["cluster_launch"]).substitute(cluster_opt_in=opt_in)
     if cfg.reduce is Reduce.LAST:
         constant_rows += [("int", "MAX_TICKETS", str(cuda_parts.MAX_TICKETS), "tiles with a ticket: more are summed by splitk_reduce")]
-        values.update(_LAST_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS)
+        values.update(_LAST_PARTS,
+                      ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS)
     reduce = cuda_parts.splitk_reduce(wait=cfg.pdl, batched=_reduces_in_workspace(cfg))
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
