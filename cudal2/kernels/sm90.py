@@ -218,7 +218,9 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "stages": (0, 2, 3, 4, 5, 6, 7, 8),
     "swizzle": (1, 2, 4, 8),
     "acc": tuple(Acc),
-    "splits": (1, 2, 3, 4, 5, 6, 8, 12, 16),
+    # 32 and 64 (thirty-eighth session): split-K as a batch only (prune), for long K on a few output tiles: 64x64x16384
+    # has 2 tiles of 64x32, so 16 ranges leave 100 of the 132 SMs idle.
+    "splits": (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64),
     "reduction": tuple(Reduction),
     "raster": tuple(Raster),
     "swap_ab": (False, True),
@@ -228,6 +230,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "ctas_per_sm": (1, 2, 3, 4),
     "host_cache": (False, True),
 }
+MAX_STREAMK_SPLITS = 16  # K ranges per tile in the stream-K scheduler's split mode (the space's values before 32)
 # Valid, but not searched: host_cache changes no offline (graph replay) time, so a search would spend evaluations on
 # twins of configs it measured already (a cost model ranks the twin of its best prediction as high as the original).
 NOT_SEARCHED = ("host_cache",)
@@ -430,6 +433,9 @@ class Sm90Family:
         if cfg.cluster_m * cfg.cluster_n > MAX_CLUSTER_CTAS:
             return (f"a {cfg.cluster_m}x{cfg.cluster_n} cluster is {cfg.cluster_m * cfg.cluster_n} CTAs, over the "
                     f"portable {MAX_CLUSTER_CTAS}")
+        if cfg.splits > MAX_STREAMK_SPLITS and not batched_split_k(cfg):
+            return (f"splits={cfg.splits}: over {MAX_STREAMK_SPLITS} K ranges split-K runs as a batch only (the "
+                    "persistent scheduler); the stream-K scheduler's split mode was measured up to 16")
         if cfg.pdl and not batched_split_k(cfg):
             return "pdl starts split-K's reduction kernel early: only split-K as a batch (persistent, splits > 1) has one"
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
