@@ -219,7 +219,8 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "swizzle": (1, 2, 4, 8),
     "acc": tuple(Acc),
     # 32 and 64 (thirty-eighth session): split-K as a batch only (prune), for long K on a few output tiles: 64x64x16384
-    # has 2 tiles of 64x32, so 16 ranges leave 100 of the 132 SMs idle.
+    # has 2 tiles of 64x32, so 16 ranges leave 100 of the 132 SMs idle. On the H200 they lost on all 38 small-bucket
+    # shapes with K >= 1024 (32 ranges: 1.4-1.5x the 8-16-range winners' time at K >= 8192; benchmarks/RESULTS.md).
     "splits": (1, 2, 3, 4, 5, 6, 8, 12, 16, 32, 64),
     "reduction": tuple(Reduction),
     "raster": tuple(Raster),
