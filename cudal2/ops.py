@@ -72,6 +72,7 @@ from typing import Any
 import torch
 
 from cudal2.export import TORCH_BASELINE, KernelEntry, Manifest, ManifestError, sha256_text
+from cudal2.kernels import cuda_parts
 from cudal2.sandbox import compiler
 from cudal2.sandbox.evaluator import default_cache_dir
 from cudal2.sandbox.gpu import GpuInfo
@@ -244,7 +245,7 @@ class Failure:
 
 
 # In a source, what shows that its tiles meet at tickets in the library's device memory (cuda_parts.LAST_ARRIVAL_SYNC).
-TICKETS_MARK = "__device__ unsigned int g_tickets["
+TICKETS_MARK = cuda_parts.TICKETS_DECL
 
 
 @dataclass

@@ -90,6 +90,8 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 # Tickets a library keeps for it (256 KiB of device memory): one per output tile (sm80) or per tile and CTA rank
 # (small); a shape needing more takes the family's path without tickets.
 MAX_TICKETS = 1 << 16
+# The tickets' declaration in a rendered source; cudal2.ops finds the kernels that keep tickets by it.
+TICKETS_DECL = "__device__ unsigned int g_tickets[MAX_TICKETS];"
 LAST_ARRIVAL = """\
 __device__ __forceinline__ void fence_gpu() { __threadfence(); }
 // The ticket's value before this arrival; the last of n arrivals reads n - 1.

@@ -311,11 +311,11 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
     return {**values, "constants": cuda_parts.constants(constant_rows), "splitk_reduce": reduce}
 
 
-_TICKETS = """\
+_TICKETS = f"""\
 // One ticket per output tile: the library's own device memory, zero when it loads and reset to zero by each tile's
 // last arrival, so zero between launches. Not shared between streams: two calls running at once would draw from the
 // same tickets.
-__device__ unsigned int g_tickets[MAX_TICKETS];
+{cuda_parts.TICKETS_DECL}
 """
 
 # The last-arrival reduction's code, by template slot (see Reduce.LAST and _split_text).

@@ -506,10 +506,10 @@ _CLUSTER_ATTR = """    cudaLaunchAttribute attr[1];
 
 # grid_k: the tickets, the plan of groups and the workspace it needs (the same plan in cudal2_workspace_bytes and in
 # cudal2_hgemm's launch).
-_TICKETS = """// One ticket per (output tile, CTA rank in its cluster): the library's own device memory, zero when it loads and
+_TICKETS = f"""// One ticket per (output tile, CTA rank in its cluster): the library's own device memory, zero when it loads and
 // reset to zero by each tile's last arrival, so zero between launches. Not shared between streams: two calls running
 // at once would draw from the same tickets.
-__device__ unsigned int g_tickets[MAX_TICKETS];
+{cuda_parts.TICKETS_DECL}
 """
 
 _PLAN = """// Groups per tile: GRID_K where every tile rank has a ticket, else 1 (the K ranges of one cluster, no workspace).
