@@ -124,6 +124,35 @@ __device__ __forceinline__ bool last_arrival(unsigned int* ticket, unsigned int 
 }
 """
 
+# The spread reduction (the small family's grid_k with spread): every CTA of a tile waits until all have left their
+# partials, then each sums its own share, so no one CTA reads every partial. It waits for other CTAs, so it needs them
+# all resident at once: the launch is cooperative (the driver refuses a grid the GPU cannot hold at once).
+# TICKET_READ is its memory primitive (the CPU emulator swaps it too); ALL_ARRIVED_SYNC the protocol.
+TICKET_READ = """\
+__device__ __forceinline__ unsigned int ticket_read(const unsigned int* ticket) {
+    return *reinterpret_cast<const volatile unsigned int*>(ticket);  // past L1: another SM's atomics move it
+}
+"""
+ALL_ARRIVED_SYNC = """\
+// Every thread of a CTA calls this after its last workspace write (stored past L1). It returns, in every thread, once
+// all `arrivals` CTAs of the tile have called it: each may then read the others' writes (past L1). It waits for the
+// other CTAs, so they must all be resident (a cooperative launch). The ticket counts the arrivals, then the
+// departures (thread 0 of each CTA, after its wait): the last departure resets it to zero for the next launch, when
+// no CTA of the tile still waits on it. Fences as in last_arrival.
+__device__ __forceinline__ void all_arrived(unsigned int* ticket, unsigned int arrivals) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        fence_gpu();
+        ticket_arrive(ticket);
+        while (ticket_read(ticket) < arrivals) {
+        }
+        fence_gpu();  // the others fenced before they arrived: their writes are visible from here on
+        if (ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);
+    }
+    __syncthreads();
+}
+"""
+
 # Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,
 # "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
 MAX_PORTABLE_CLUSTER = 8

@@ -47,7 +47,8 @@ class Tiling:
     `cluster_reduce`: a tile's K ranges sum their partials through a cluster's shared memory, not the workspace;
     `serial_reduce`: they add their partials to the workspace one after another, each waiting for the one before;
     `last_arrival`: they leave their partials in the workspace and the last to arrive at the tile's ticket adds them,
-    in the same launch (a cluster's CTAs first sum theirs through its shared memory)."""
+    in the same launch (a cluster's CTAs first sum theirs through its shared memory); with `spread` as well, they all
+    wait at the ticket for the last and each adds its 1/splits share of the tile (no one CTA reads every partial)."""
 
     bm: int
     bn: int
@@ -57,6 +58,7 @@ class Tiling:
     cluster_reduce: bool = False
     serial_reduce: bool = False
     last_arrival: bool = False
+    spread: bool = False
 
 
 class KernelFamily(Protocol):

@@ -21,6 +21,11 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 and with no cluster on sm_80. The tickets are the library's own device memory (zero at load, reset
                 by each tile's last arrival), so two calls of one library must not run at the same time on two
                 streams; a shape with more than MAX_TICKETS tile ranks runs with one group (no workspace).
+    spread      (grid_k without clusters) the tile's groups all wait at the ticket until every one has left its sum,
+                then each adds its GRID_K-th share of the tile (same order, same bits): the partials are read by
+                GRID_K CTAs at once, not all by the last. Waiting for other CTAs needs them all resident: the launch
+                is cooperative, and a shape whose grid the GPU cannot hold at once (SMs x blocks per SM, asked once
+                per GPU) is summed by the last arrival instead.
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
@@ -56,7 +61,7 @@ class SmallConfig:
     """One kernel: a bm x bn tile per block, warps_m x warps_n x warps_k warps, k_unroll 32-wide K steps per load
     batch (loads of a batch are all issued before its mma); cluster_k CTAs (a cluster) per tile, each on its own K
     range (1: one CTA per tile, as before the field existed); grid_k groups of such CTAs or clusters per tile, summed
-    by the last to arrive through the workspace (1: none)."""
+    by the last to arrive through the workspace (1: none), or with spread by all of them, a share each."""
 
     bm: int
     bn: int
@@ -67,6 +72,7 @@ class SmallConfig:
     acc: Acc
     cluster_k: int = field(default=1, metadata=ADDED_LATER)
     grid_k: int = field(default=1, metadata=ADDED_LATER)
+    spread: bool = field(default=False, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -111,6 +117,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "acc": tuple(Acc),
     "cluster_k": (1, 2, 4, 8, cuda_parts.MAX_CLUSTER),
     "grid_k": (1, 2, 4, 8, 16, 32),
+    "spread": (False, True),
 }
 
 
@@ -151,6 +158,11 @@ class SmallFamily:
                     f"{cfg.bm}x{cfg.bn} fp32 tile over the {STATIC_SMEM_LIMIT} B static limit")
         if cfg.cluster_k > 1 and not arch.startswith("sm_90"):
             return f"cluster_k needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
+        if cfg.spread and cfg.grid_k == 1:
+            return "spread shares out the sum of grid_k's groups: with grid_k = 1 there is none"
+        if cfg.spread and cfg.cluster_k > 1:
+            return ("spread launches cooperatively (every CTA resident at once), which this family does not combine "
+                    "with clusters")
         return None
 
     def supports(self, cfg: SmallConfig, task: Task) -> str | None:
@@ -165,7 +177,8 @@ class SmallFamily:
         # cluster_k x grid_k CTAs per output tile (summed in the cluster, then by the last group to arrive); a CTA's
         # warps_k warp groups each take k_unroll 32-wide K steps per batch.
         return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k, cfg.cluster_k * cfg.grid_k,
-                      cluster_reduce=cfg.cluster_k > 1 and cfg.grid_k == 1, last_arrival=cfg.grid_k > 1)
+                      cluster_reduce=cfg.cluster_k > 1 and cfg.grid_k == 1, last_arrival=cfg.grid_k > 1,
+                      spread=cfg.spread and cfg.grid_k > 1)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[SmallConfig]:
         """No config: one lean launch, with no tile or split-K choice that cuBLASLt's algorithms map onto."""
@@ -186,6 +199,7 @@ class SmallFamily:
 def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
     cluster, grid, parked = cfg.cluster_k > 1, cfg.grid_k > 1, cfg.parks_all
+    spread = grid and cfg.spread
     design = f"""\
 Config {config_name(family, cfg)}
 {cuda_parts.config_lines(cfg)}
@@ -212,7 +226,7 @@ Shapes
 {cuda_parts.FRAGMENT_LAYOUTS}"""
     return {
         "header": cuda_parts.comment_block(design),
-        "includes": cuda_parts.INCLUDES,
+        "includes": cuda_parts.INCLUDES + ("#include <atomic>\n" if spread else ""),
         "constants": cuda_parts.constants([
             ("int", "BM", str(cfg.bm), "block tile rows (M)"),
             ("int", "BN", str(cfg.bn), "block tile columns (N)"),
@@ -227,9 +241,10 @@ Shapes
         "cut_helpers": "".join([cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX if cluster else "",
                                 cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS + _STORE_PARKED_PAIR
                                 if grid else "",
+                                cuda_parts.TICKET_READ + cuda_parts.ALL_ARRIVED_SYNC if spread else "",
                                 _STORE_PARKED_PAIR if parked and not grid else "",
                                 "\n" if parked else ""]),
-        "ws_param": ", float2* __restrict__ ws" if grid else "",
+        "ws_param": ", float2* __restrict__ ws" + (", int spread" if spread else "") if grid else "",
         "k_loop": _RANGE_K_LOOP if parked else _K_LOOP,
         "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE,
         "cut_launch": _parked_launch(cfg) if parked else "",
@@ -300,7 +315,16 @@ def _k_reduction_text(cfg: SmallConfig) -> str:
   With {cfg.grid_k} groups each CTA writes its sums to workspace[group][tile] (fp32 float2 pairs, past L1), fences
   and, through thread 0, takes the ticket of (tile, its rank) in the library's own device memory. The CTA that
   draws the last of the {cfg.grid_k} tickets resets it to zero, fences, and adds the {cfg.grid_k} groups' sums in order
-  0, 1, ... (deterministic: the same order whichever group arrives last) and stores them. The others exit."""
+  0, 1, ... (deterministic: the same order whichever group arrives last) and stores them. The others exit.""" + (
+        _SPREAD_TEXT.format(g=cfg.grid_k) if cfg.spread else "")
+
+
+_SPREAD_TEXT = """
+  Spread: where the GPU holds the whole grid at once (SMs x blocks per SM, asked once per GPU), the launch is
+  cooperative and no group exits at the ticket: each waits until all {g} have arrived, and group g adds the pairs
+  g * THREADS + i, + {g} * THREADS, ... over the {g} groups in the same order 0, 1, ... (the same bits as the last
+  arrival's sums): the tile's partials are read by {g} CTAs at once. The ticket then counts the groups leaving the
+  wait, and the last to leave resets it to zero."""
 
 
 # ---- the kernel's parts that cluster_k and grid_k change; with both 1 the source is what it was before they existed ----
@@ -425,12 +449,11 @@ _STORE_SUM = "        store_parked_pair(C, M, N, vec, e, sum);\n"
 _GROUP_SUM = """        if (groups == 1) store_parked_pair(C, M, N, vec, e, sum);
         else store_l2_f2(&ws[((size_t)group * tiles + tile) * PAIRS + e], sum);
 """
-_LAST_ARRIVAL = """    if (groups > 1) {
+# The last arrival's sums of the tile (or, with spread, each group's share of them once all have arrived).
+_LAST_ARRIVAL = string.Template("""    if (groups > 1) {
         unsigned int* ticket = &g_tickets[tile * CLUSTER_K + rank];
-        volatile int* flag = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
-        if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
-#pragma unroll 4
-        for (int e = rank * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
+$meet#pragma unroll 4
+        for (int e = $first; e < PAIRS; e += $step) {
             float2 p[GRID_K];  // every group's pair loaded before any is added: GRID_K loads in flight
 #pragma unroll
             for (int q = 0; q < GRID_K; ++q) p[q] = load_l2_f2(&ws[((size_t)q * tiles + tile) * PAIRS + e]);
@@ -443,7 +466,25 @@ _LAST_ARRIVAL = """    if (groups > 1) {
             store_parked_pair(C, M, N, vec, e, sum);
         }
     }
-"""
+""")
+_MEET_LAST = {
+    "meet": """        volatile int* flag = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
+        if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
+""",
+    "first": "rank * THREADS + (int)threadIdx.x",
+    "step": "CLUSTER_K * THREADS",
+}
+_MEET_SPREAD = {  # CLUSTER_K = 1: the share of group g is the pairs g * THREADS + i, + GRID_K * THREADS, ...
+    "meet": """        // spread (the grid resident at once: a cooperative launch): every group waits for the others, then sums its
+        // share of the tile's pairs; otherwise (the launch's choice) the last group to arrive sums them all.
+        volatile int* flag = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
+        if (spread) all_arrived(ticket, GRID_K);
+        else if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
+        const int share = spread ? group : 0, shares = spread ? GRID_K : 1;
+""",
+    "first": "share * THREADS + (int)threadIdx.x",
+    "step": "shares * THREADS",
+}
 
 
 def _parked_epilogue(cfg: SmallConfig) -> str:
@@ -455,7 +496,7 @@ def _parked_epilogue(cfg: SmallConfig) -> str:
     const int tiles = (int)(gridDim.x * gridDim.y), tile = (int)(blockIdx.y * gridDim.x + blockIdx.x);
 """
     parts["sum_setup"] = setup + parts["sum_setup"]
-    parts["after"] += _LAST_ARRIVAL
+    parts["after"] += _LAST_ARRIVAL.substitute(_MEET_SPREAD if cfg.spread else _MEET_LAST)
     return _PARKED_EPILOGUE.substitute(parts, finish=_GROUP_SUM)
 
 
@@ -504,6 +545,40 @@ _CLUSTER_ATTR = """    cudaLaunchAttribute attr[1];
     config.numAttrs = 1;
 """
 
+# spread: the launch is cooperative where the GPU holds the whole grid at once (the groups wait for one another);
+# otherwise a plain one, and the kernel sums by the last arrival.
+_COOPERATIVE_ATTR = """    const int spread = grid.z > 1 && (long long)grid.x * grid.y * grid.z <= coresident_blocks<kLoad>() ? 1 : 0;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+    config.attrs = attr;
+    config.numAttrs = spread;
+"""
+
+_CORESIDENT = """// Blocks of small_hgemm_kernel<kLoad> the current GPU holds at once (SMs x blocks per SM with THREADS threads and
+// PARK_BYTES of shared memory), 0 where it cannot launch cooperatively or a query fails. Asked once per GPU.
+template <int kLoad>
+long long coresident_blocks() {
+    constexpr int MAX_GPUS = 64;
+    static std::atomic<long long> known[MAX_GPUS];  // 0: not asked yet (or 0 blocks: asked again, harmless)
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAX_GPUS) return 0;
+    long long blocks = known[dev].load(std::memory_order_relaxed);
+    if (blocks == 0) {
+        int sms = 0, coop = 0, per_sm = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || !coop ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, small_hgemm_kernel<kLoad>, THREADS, PARK_BYTES) !=
+                cudaSuccess)
+            return 0;
+        blocks = (long long)sms * per_sm;
+        known[dev].store(blocks, std::memory_order_relaxed);
+    }
+    return blocks;
+}
+
+"""
+
 # grid_k: the tickets, the plan of groups and the workspace it needs (the same plan in cudal2_workspace_bytes and in
 # cudal2_hgemm's launch).
 _TICKETS = f"""// One ticket per (output tile, CTA rank in its cluster): the library's own device memory, zero when it loads and
@@ -540,9 +615,12 @@ def _parked_launch(cfg: SmallConfig) -> str:
     opt_in = cuda_parts.non_portable_opt_in("small_hgemm_kernel<kLoad>", "CLUSTER_K") \
         if cfg.cluster_k > MAX_PORTABLE_CLUSTER else ""
     grid = cfg.grid_k > 1
-    launch = _PARKED_LAUNCH.substitute(ws_param=" float2* ws," if grid else "", ws_arg=", ws" if grid else "",
-                                       cluster_attr=_CLUSTER_ATTR if cfg.cluster_k > 1 else "", opt_in=opt_in)
-    return (_PLAN if grid else "") + launch
+    spread = grid and cfg.spread  # (prune: no cluster)
+    attr = _CLUSTER_ATTR if cfg.cluster_k > 1 else _COOPERATIVE_ATTR if spread else ""
+    launch = _PARKED_LAUNCH.substitute(ws_param=" float2* ws," if grid else "",
+                                       ws_arg=(", ws, spread" if spread else ", ws") if grid else "",
+                                       cluster_attr=attr, opt_in=opt_in)
+    return (_PLAN if grid else "") + (_CORESIDENT if spread else "") + launch
 
 
 _TEMPLATE = string.Template(r"""// Generated by cudal2.kernels.small (family small): single-launch register-fragment HGEMM for small shapes.

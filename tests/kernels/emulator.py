@@ -18,10 +18,13 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
                        past L1 as plain ones (cuda_parts.LAST_ARRIVAL); the protocol over them (LAST_ARRIVAL_SYNC)
                        runs as written; the library's __device__ tickets are a host global, zero at start, so a ticket
                        left nonzero shows in the next call.
+    cooperative        a launch with cudaLaunchAttributeCooperative runs every block at once (a ticket's readers spin
+                       on an atomic load that yields); the occupancy queries describe a GPU of `sms` SMs holding one
+                       block each, and a cooperative grid of more blocks is refused as the driver refuses it.
 
 One OS thread per CUDA thread (std::barrier for __syncthreads and for the warp collectives), the blocks of one
 cluster at the same time, each with its own shared memory, clusters one after the other in a shuffled order (new
-for every launch), so a kernel that needs its blocks in grid order fails. The driver fills A and B with random
+for every launch; all at once when cooperative), so a kernel that needs its blocks in grid order fails. The driver fills A and B with random
 halves, surrounds C and the workspace with guard bands, calls cudal2_hgemm with optional misaligned pointers (one
 or more calls, each with the workspace filled with garbage and C with a sentinel first), checks the first result
 against a double-precision reference rounded to half and counts the halves where a later call differs from it.
@@ -29,6 +32,7 @@ against a double-precision reference rounded to half and counts the halves where
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -62,6 +66,30 @@ extern "C" cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 template <class T>  // the runtime header declares this overload for nvcc only
 cudaError_t cudaFuncSetAttribute(T*, enum cudaFuncAttribute, int) { return cudaSuccess; }
 
+// The emulated GPU: EMU_SMS SMs (default 132) of one block each at a time, for the occupancy queries a cooperative
+// launch plans with (and the emulator refuses a cooperative grid over SMs x 1, as the driver would).
+namespace emu {
+long long coresident_blocks() {
+    const char* sms = getenv("EMU_SMS");
+    return sms ? atoll(sms) : 132;
+}
+}  // namespace emu
+extern "C" cudaError_t cudaGetDevice(int* dev) {
+    *dev = 0;
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int) {
+    if (attr == cudaDevAttrMultiProcessorCount) *value = (int)emu::coresident_blocks();
+    else if (attr == cudaDevAttrCooperativeLaunch) *value = 1;
+    else return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+template <class T>  // (the runtime header's template overload, for nvcc only, as above)
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, T*, int, size_t) {
+    *blocks = 1;
+    return cudaSuccess;
+}
+
 namespace emu {
 constexpr size_t SMEM_CAP = 256 * 1024;
 thread_local uint3 tidx, bidx;
@@ -72,7 +100,8 @@ thread_local std::barrier<>* cluster_bar = nullptr;
 thread_local std::vector<unsigned char*>* cluster_smem = nullptr;  // by rank
 size_t smem_size = 0;
 long long bank_conflicts = 0;  // (see below)
-unsigned launches = 0;         // seeds each launch's cluster order  // ldmatrix phases (8 rows) hitting one 16-byte bank group twice
+unsigned launches = 0;         // seeds each launch's cluster order
+unsigned cooperative_launches = 0;  // ldmatrix phases (8 rows) hitting one 16-byte bank group twice
 
 struct Warp {
     std::barrier<>* bar;
@@ -182,54 +211,55 @@ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
     return v;
 }
 
-// Every block of `grid`, cluster by cluster (cluster dims `cl`): a cluster's blocks run at once, each with its own
-// shared memory (poisoned: NaN halves, so a read before the data landed shows up).
+// The clusters starting at `origins` (cluster dims `cl`) at once: each block with its own shared memory (poisoned: NaN
+// halves, so a read before the data landed shows up) and its cluster's barrier and shared memory windows.
 template <class... P, class... Args>
-void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, dim3 cl, Args... args) {
+void run_clusters(void (*kernel)(P...), const std::vector<dim3>& origins, dim3 grid, dim3 block, dim3 cl,
+                  Args... args) {
     const unsigned nthreads = block.x * block.y * block.z;
     const unsigned csize = cl.x * cl.y * cl.z;
-    if (smem_bytes > SMEM_CAP || nthreads % 32 != 0 || grid.x % cl.x || grid.y % cl.y || grid.z % cl.z)
-        fail("launch configuration");
-    smem_size = smem_bytes;
-    std::vector<dim3> origins;  // each cluster's first block
-    for (unsigned z0 = 0; z0 < grid.z; z0 += cl.z)
-        for (unsigned y0 = 0; y0 < grid.y; y0 += cl.y)
-            for (unsigned x0 = 0; x0 < grid.x; x0 += cl.x) origins.push_back(dim3(x0, y0, z0));
-    std::mt19937 order_rng(1000 + launches++);
-    std::shuffle(origins.begin(), origins.end(), order_rng);
-    for (const dim3& o : origins) {
-        const unsigned x0 = o.x, y0 = o.y, z0 = o.z;
+    struct Cluster {
         std::vector<std::unique_ptr<unsigned char[]>> bufs;
-        std::vector<unsigned char*> ptrs;
-        std::vector<std::unique_ptr<std::barrier<>>> owned;
-        std::vector<std::vector<Warp>> ws(csize, std::vector<Warp>(nthreads / 32));
-        std::vector<std::barrier<>*> bars;
+        std::vector<unsigned char*> ptrs;  // by rank
+        std::vector<std::unique_ptr<std::barrier<>>> bars;  // by rank, then every warp's
+        std::vector<std::vector<Warp>> warps;
+        std::unique_ptr<std::barrier<>> cbar;
+    };
+    std::vector<std::unique_ptr<Cluster>> clusters;
+    for (size_t c = 0; c < origins.size(); ++c) {
+        auto cluster = std::make_unique<Cluster>();
+        cluster->warps.assign(csize, std::vector<Warp>(nthreads / 32));
         for (unsigned b = 0; b < csize; ++b) {
-            bufs.emplace_back(new unsigned char[SMEM_CAP]);
-            memset(bufs.back().get(), 0xff, SMEM_CAP);
-            ptrs.push_back(bufs.back().get());
-            owned.emplace_back(new std::barrier<>(nthreads));
-            bars.push_back(owned.back().get());
-            for (auto& w : ws[b]) {
-                owned.emplace_back(new std::barrier<>(32));
-                w.bar = owned.back().get();
-            }
+            cluster->bufs.emplace_back(new unsigned char[SMEM_CAP]);
+            memset(cluster->bufs.back().get(), 0xff, SMEM_CAP);
+            cluster->ptrs.push_back(cluster->bufs.back().get());
+            cluster->bars.emplace_back(new std::barrier<>(nthreads));
         }
-        std::barrier<> cbar(csize * nthreads);
-        std::vector<std::thread> threads;
+        for (auto& ws : cluster->warps)
+            for (auto& w : ws) {
+                cluster->bars.emplace_back(new std::barrier<>(32));
+                w.bar = cluster->bars.back().get();
+            }
+        cluster->cbar.reset(new std::barrier<>(csize * nthreads));
+        clusters.push_back(std::move(cluster));
+    }
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < origins.size(); ++c)
         for (unsigned b = 0; b < csize; ++b)  // rank b = x + y * cl.x + z * cl.x * cl.y, as in CUDA
             for (unsigned t = 0; t < nthreads; ++t)
-                threads.emplace_back([&, b, t] {
+                threads.emplace_back([&, c, b, t] {
+                    Cluster& cluster = *clusters[c];
+                    const dim3 o = origins[c];
                     tidx = make_uint3(t, 0, 0);
-                    bidx = make_uint3(x0 + b % cl.x, y0 + (b / cl.x) % cl.y, z0 + b / (cl.x * cl.y));
+                    bidx = make_uint3(o.x + b % cl.x, o.y + (b / cl.x) % cl.y, o.z + b / (cl.x * cl.y));
                     gdim = grid;
                     bdim = block;
-                    smem_base = ptrs[b];
+                    smem_base = cluster.ptrs[b];
                     crank = b;
-                    cluster_bar = &cbar;
-                    cluster_smem = &ptrs;
-                    block_bar = bars[b];
-                    my_warp = &ws[b][t / 32];
+                    cluster_bar = cluster.cbar.get();
+                    cluster_smem = &cluster.ptrs;
+                    block_bar = cluster.bars[b].get();
+                    my_warp = &cluster.warps[b][t / 32];
                     open_group.clear();
                     committed.clear();
                     kernel(args...);
@@ -237,13 +267,38 @@ void run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, di
                     for (const auto& g : committed)
                         if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
                 });
-        for (auto& th : threads) th.join();
+    for (auto& th : threads) th.join();
+}
+
+// Every block of `grid` (cluster dims `cl`): cluster by cluster in a shuffled order, or with `cooperative` every
+// cluster at once (all resident, as a cooperative launch guarantees; refused over coresident_blocks()).
+template <class... P, class... Args>
+cudaError_t run_grid(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, dim3 cl, bool cooperative,
+                     Args... args) {
+    const unsigned nthreads = block.x * block.y * block.z;
+    if (smem_bytes > SMEM_CAP || nthreads % 32 != 0 || grid.x % cl.x || grid.y % cl.y || grid.z % cl.z)
+        fail("launch configuration");
+    if (cooperative && (long long)grid.x * grid.y * grid.z > coresident_blocks())
+        return cudaErrorCooperativeLaunchTooLarge;
+    smem_size = smem_bytes;
+    std::vector<dim3> origins;  // each cluster's first block
+    for (unsigned z0 = 0; z0 < grid.z; z0 += cl.z)
+        for (unsigned y0 = 0; y0 < grid.y; y0 += cl.y)
+            for (unsigned x0 = 0; x0 < grid.x; x0 += cl.x) origins.push_back(dim3(x0, y0, z0));
+    std::mt19937 order_rng(1000 + launches++);
+    std::shuffle(origins.begin(), origins.end(), order_rng);
+    if (cooperative) {
+        ++cooperative_launches;
+        run_clusters(kernel, origins, grid, block, cl, args...);
     }
+    else
+        for (const dim3& o : origins) run_clusters(kernel, std::vector<dim3>{o}, grid, block, cl, args...);
+    return cudaSuccess;
 }
 
 template <class... P, class... Args>
 void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t, Args... args) {
-    run_grid(kernel, grid, block, smem_bytes, dim3(1, 1, 1), args...);
+    run_grid(kernel, grid, block, smem_bytes, dim3(1, 1, 1), false, args...);
 }
 
 // A launch config's grid and block, for the kernel source (whose `x.gridDim` the gridDim macro below would eat).
@@ -253,12 +308,14 @@ inline dim3& block_of(cudaLaunchConfig_t& c) { return c.blockDim; }
 template <class... P, class... Args>
 cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(P...), Args... args) {
     dim3 cl(1, 1, 1);
-    for (unsigned i = 0; i < config->numAttrs; ++i)
+    bool cooperative = false;
+    for (unsigned i = 0; i < config->numAttrs; ++i) {
         if (config->attrs[i].id == cudaLaunchAttributeClusterDimension)
             cl = dim3(config->attrs[i].val.clusterDim.x, config->attrs[i].val.clusterDim.y,
                       config->attrs[i].val.clusterDim.z);
-    run_grid(kernel, config->gridDim, config->blockDim, config->dynamicSmemBytes, cl, args...);
-    return cudaSuccess;
+        if (config->attrs[i].id == cudaLaunchAttributeCooperative) cooperative = config->attrs[i].val.cooperative != 0;
+    }
+    return run_grid(kernel, config->gridDim, config->blockDim, config->dynamicSmemBytes, cl, cooperative, args...);
 }
 }  // namespace emu
 
@@ -302,6 +359,13 @@ __device__ __forceinline__ void ticket_reset(unsigned int* t) { __atomic_store_n
 __device__ __forceinline__ void store_l2_f2(float2* p, float2 v) { *p = v; }
 __device__ __forceinline__ float2 load_l2_f2(const float2* p) { return *p; }
 __device__ __forceinline__ float load_l2_f(const float* p) { return *p; }
+"""
+
+_EMU_TICKET_READ = """\
+__device__ __forceinline__ unsigned int ticket_read(const unsigned int* t) {
+    std::this_thread::yield();  // a waiting CTA's thread 0 spins here: let the CTAs it waits for run
+    return __atomic_load_n(t, __ATOMIC_SEQ_CST);
+}
 """
 
 _EMU_ACC = {
@@ -394,9 +458,12 @@ int main(int argc, char** argv) {
             den += r16 * r16;
             worst = std::max(worst, std::fabs(got - r16));
         }
-    printf("RESULT rc=0 rel_err=%.3e max_abs=%.3e nonfinite=%zu guard_bad=%zu bank_conflicts=%lld ws=%zu mismatch=%zu\n",
+    unsigned long long c_hash = 1469598103934665603ull;  // FNV-1a over the first call's C, bit for bit
+    for (int i = 0; i < M * N; ++i) c_hash = (c_hash ^ __half_as_ushort(c[i])) * 1099511628211ull;
+    printf("RESULT rc=0 rel_err=%.3e max_abs=%.3e nonfinite=%zu guard_bad=%zu bank_conflicts=%lld ws=%zu mismatch=%zu "
+           "coop=%u c_hash=%llx\n",
            den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst, nonfinite, guard_bad, emu::bank_conflicts, wsb,
-           mismatch);
+           mismatch, emu::cooperative_launches, c_hash);
     return 0;
 }
 """
@@ -415,6 +482,8 @@ class EmuResult:
     bank_conflicts: int = 0
     workspace_bytes: int = 0
     mismatch: int = 0  # halves of C where a later call differed from the first (bitwise; calls > 1)
+    cooperative_launches: int = 0  # launches with the cooperative attribute, over all calls
+    c_hash: str = ""  # FNV-1a of the first call's C bits: equal hashes, the same C
 
 
 def cuda_include_dir() -> Path | None:
@@ -430,6 +499,7 @@ def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
     for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.SMEM_ADDR, _EMU_SMEM_ADDR),
                                (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER), (cuda_parts.LAST_ARRIVAL, _EMU_LAST_ARRIVAL),
+                               (cuda_parts.TICKET_READ, _EMU_TICKET_READ),
                                (cuda_parts.accumulator(acc), _EMU_ACC[acc]), (cuda_parts.PDL_WAIT, ""),
                                (cuda_parts.PDL_TRIGGER, "/* PDL trigger: grids run one after the other here */")):
         if original in source:
@@ -459,10 +529,11 @@ def build(source: str, acc: Acc, workdir: Path) -> Path:
 
 
 def run(exe: Path, m: int, n: int, k: int, offsets: tuple[int, int, int] = (0, 0, 0),
-        timeout_s: float = 300, calls: int = 1) -> EmuResult:
-    """`calls` > 1: call the kernel that many times on the same inputs (a fresh garbage workspace each time)."""
+        timeout_s: float = 300, calls: int = 1, sms: int = 132) -> EmuResult:
+    """`calls` > 1: call the kernel that many times on the same inputs (a fresh garbage workspace each time); `sms`:
+    the emulated GPU's SMs, one block each at a time (the blocks a cooperative launch may have)."""
     out = subprocess.run([str(exe), str(m), str(n), str(k), *map(str, offsets), str(calls)], capture_output=True,
-                         text=True, timeout=timeout_s)
+                         text=True, timeout=timeout_s, env={**os.environ, "EMU_SMS": str(sms)})
     match = _RESULT.search(out.stdout)
     if out.returncode != 0 or match is None:
         raise RuntimeError(f"emulator failed (exit {out.returncode}): {out.stderr.strip()[-500:]}")
@@ -472,4 +543,5 @@ def run(exe: Path, m: int, n: int, k: int, offsets: tuple[int, int, int] = (0, 0
     return EmuResult(rc=int(match.group(1)), rel_err=float(fields["rel_err"]), max_abs=float(fields["max_abs"]),
                      nonfinite=int(fields["nonfinite"]), guard_bad=int(fields["guard_bad"]),
                      bank_conflicts=int(fields["bank_conflicts"]), workspace_bytes=int(fields["ws"]),
-                     mismatch=int(fields["mismatch"]))
+                     mismatch=int(fields["mismatch"]), cooperative_launches=int(fields["coop"]),
+                     c_hash=fields["c_hash"])

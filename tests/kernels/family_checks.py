@@ -92,17 +92,17 @@ def compile_sample(family: KernelFamily, configs: list, cache_dir: Path) -> None
 
 
 def emulate(family: KernelFamily, cfg, workdir: Path, shapes=EMU_SHAPES, calls: int = 1,
-            source: str | None = None) -> None:
+            source: str | None = None, sms: int = 132) -> None:
     """The rendered kernel (or `source`), run by the CPU emulator, matches the reference on odd shapes, writes nothing
     outside C and the workspace, reads no shared memory before its copy landed and has no ldmatrix bank conflicts;
     with `calls` > 1, every call gives the first one's C bit for bit (state a call leaves behind, or an order its
-    blocks run in, shows here)."""
+    blocks run in, shows here). `sms`: the emulated GPU's SMs (emulator.run)."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not on PATH (the CPU emulator needs it)")
     exe = emulator.build(family.render(cfg) if source is None else source, cfg.acc, workdir)
     tol = 2e-3 if cfg.acc is Acc.FP32 else 2e-2  # fp32 accumulate: only half rounding of C differs
     for m, n, k, offsets in shapes:
-        r = emulator.run(exe, m, n, k, offsets, calls=calls)
+        r = emulator.run(exe, m, n, k, offsets, calls=calls, sms=sms)
         where = f"{config_name(family, cfg)} on {m}x{n}x{k} offsets {offsets}"
         assert r.rc == 0, where
         assert r.nonfinite == 0 and r.rel_err <= tol, (where, r)

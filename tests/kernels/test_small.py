@@ -11,7 +11,7 @@ from cudal2.kernels.family import Tiling, config_name, config_params
 from cudal2.kernels.small import SmallConfig, SmallFamily
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, source_hash
 from cudal2.sandbox.types import Acc, Status, Task
-from tests.kernels import family_checks
+from tests.kernels import emulator, family_checks
 
 FAMILY = SmallFamily()
 DEFAULT = FAMILY.default()
@@ -26,6 +26,8 @@ def cfg(**changes) -> SmallConfig:
 # (the emulator runs the clusters in a new random order each launch), changes the second call's C.
 GRID_8 = cfg(bm=16, bn=32, warps_m=1, warps_n=2, warps_k=4, grid_k=8)
 GRID_2_CLUSTER_4 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=2, cluster_k=4, grid_k=2)
+# GRID_8 with spread: where the grid fits the GPU at once, all 8 groups wait for one another and each sums an eighth.
+SPREAD_8 = replace(GRID_8, spread=True)
 
 # The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); a 16x8 tile (one mma per k-step)
 # over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's
@@ -161,6 +163,49 @@ def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tm
         family_checks.emulate(FAMILY, config, tmp_path / name, shapes, calls=2)
 
 
+def test_spread_renders_a_cooperative_launch_only_for_its_configs():
+    source = FAMILY.render(SPREAD_8)
+    for text in ("all_arrived(ticket, GRID_K)", "if (spread) all_arrived", "cudaLaunchAttributeCooperative",
+                 "<= coresident_blocks<kLoad>()", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", "#include <atomic>",
+                 "int vec_store, float2* __restrict__ ws, int spread)", "spread      = True", "Spread: where the GPU"):
+        assert text in source, text
+    plain = FAMILY.render(GRID_8)
+    assert "all_arrived" not in plain and "Cooperative" not in plain and "<atomic>" not in plain
+    assert config_name(FAMILY, SPREAD_8).endswith("-grid_k8-spread1")
+    assert FAMILY.tiling(SPREAD_8) == Tiling(16, 32, 128, 8, last_arrival=True, spread=True)
+    assert FAMILY.prune(SPREAD_8, "sm_80") is None and FAMILY.prune(SPREAD_8, "sm_90a") is None
+    assert "with grid_k = 1 there is none" in FAMILY.prune(cfg(spread=True), "sm_90a")
+    assert "clusters" in FAMILY.prune(replace(GRID_2_CLUSTER_4, spread=True), "sm_90a")
+
+
+@pytest.mark.nvcc
+def test_spread_sums_the_same_bits_as_the_last_arrival_in_the_cpu_emulator(tmp_path):
+    # The same source on an emulated GPU of 132 SMs (the grid fits: a cooperative launch, spread sums) and of 2 (it
+    # does not: a plain launch, the last arrival sums): the same C, bit for bit, and tickets left at zero.
+    family_checks.compile_sample(FAMILY, [SPREAD_8], tmp_path / "build")
+    family_checks.emulate(FAMILY, SPREAD_8, tmp_path, GRID_SHAPES, calls=2)
+    exe = emulator.build(FAMILY.render(SPREAD_8), SPREAD_8.acc, tmp_path)
+    for m, n, k in ((33, 17, 333), (16, 24, 1000), (20, 30, 512)):
+        spread, last = (emulator.run(exe, m, n, k, calls=2, sms=sms) for sms in (132, 2))
+        assert (spread.cooperative_launches, last.cooperative_launches) == (2, 0), (m, n, k)
+        assert spread.c_hash == last.c_hash and spread.mismatch == 0, (m, n, k, spread, last)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(("old", "what"), [
+    ("        if (ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);\n", "ticket left behind"),
+    ("        while (ticket_read(ticket) < arrivals) {\n        }\n", "no wait for the other groups"),
+])
+def test_the_emulator_catches_a_broken_spread(tmp_path, old, what):
+    # Without the reset the next call finds the ticket past GRID_K and waits for nothing; without the wait a group
+    # reads partials not yet written: either way a later call's C differs (and without the wait, the first's too).
+    source = FAMILY.render(SPREAD_8)
+    assert old in source, what
+    with pytest.raises(AssertionError, match="later call|rel_err"):
+        family_checks.emulate(FAMILY, SPREAD_8, tmp_path, [(16, 24, 1000, (0, 0, 0))], calls=2,
+                              source=source.replace(old, ""))
+
+
 @pytest.mark.nvcc
 def test_grid_k_with_more_tiles_than_tickets_runs_as_one_group(tmp_path):
     # The same source with 4 tickets: shapes of more than 4 tiles take the one-group path (no workspace).
@@ -182,8 +227,8 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4],
-                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-{c.acc.value}")
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8],
+                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
