@@ -1,7 +1,7 @@
 // graph_gap.cu: what one node costs in the evaluator's offline timing (CUDA-graph replay of R back-to-back calls).
 // It prices the pieces a kernel design can add to a call: a second kernel (split-K's workspace reduction), a
-// memset node (zeroing split-K counters), a thread-block cluster launch (cluster reduction), and the cold-input
-// floor of a tiny GEMM call. No cuBLAS, no cudal2 code: build and run with
+// memset node (zeroing split-K counters), a thread-block cluster launch (cluster reduction), the cold-input
+// floor of a tiny GEMM call, and a cooperative launch whose CTAs wait for one another (the small family's spread). No cuBLAS, no cudal2 code: build and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
 //
@@ -36,6 +36,22 @@ __global__ void arrive_kernel(unsigned* counters, int per_counter) {
   if (threadIdx.x == 0 && ticket % per_counter == per_counter - 1) counters[blockIdx.x / per_counter] = 0;
 }
 
+// The spread protocol (cudal2/kernels/cuda_parts.py, ALL_ARRIVED_SYNC) on its own: every CTA counts in, waits until
+// the other CTAs of its counter have, then counts out; the last out resets the counter. Needs a cooperative launch.
+__global__ void spread_kernel(unsigned* counters, unsigned per_counter) {
+  unsigned* counter = &counters[blockIdx.x / per_counter];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+    while (*reinterpret_cast<volatile unsigned*>(counter) < per_counter) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(counter, 1u) == 2 * per_counter - 1) atomicExch(counter, 0u);
+}
+
 // A 64x64x64 GEMM's memory traffic without its math: one CTA reads 2 x 8 KiB (A and B tiles) and writes 8 KiB.
 __global__ void cold_tile_kernel(const int4* in, int4* out) {
   int4 a = in[threadIdx.x], b = in[threadIdx.x + 512];
@@ -59,6 +75,20 @@ static void launch_cluster(int cluster, int blocks, cudaStream_t s) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   CK(cudaLaunchKernelEx(&cfg, cluster_kernel));
+}
+
+static void launch_cooperative(int blocks, cudaStream_t s, unsigned* counters, unsigned per_counter, bool wait) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(128);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (wait) CK(cudaLaunchKernelEx(&cfg, spread_kernel, counters, per_counter));
+  else CK(cudaLaunchKernelEx(&cfg, empty_kernel));
 }
 
 static double time_pattern(cudaStream_t s, const std::function<void(int)>& call) {
@@ -121,6 +151,10 @@ int main() {
       {"cluster_2_of_2_per_sm", [&](int) { launch_cluster(2, full, s); }},
       {"cluster_8_of_2_per_sm", [&](int) { launch_cluster(8, full, s); }},
       {"cluster_16_of_2_per_sm", [&](int) { launch_cluster(16, full / 16 * 16, s); }},
+      // Last: a cooperative launch that cannot be captured would end the run here (CK), after the others printed.
+      {"cooperative_empty_2_per_sm", [&](int) { launch_cooperative(full, s, counters, 8, false); }},
+      {"spread_wait_8_per_counter", [&](int) { launch_cooperative(full, s, counters, 8, true); }},
+      {"spread_wait_16_per_counter", [&](int) { launch_cooperative(full / 16 * 16, s, counters, 16, true); }},
   };
   for (auto& p : patterns) std::printf("%s %.3f\n", p.name, time_pattern(s, p.call));
   CK(cudaGetLastError());

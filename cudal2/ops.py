@@ -41,7 +41,8 @@ with raw pointers on torch.cuda.current_stream(); workspace comes from torch's c
 safe to capture. Building happens on the first call of a shape (or all at once: load_library(build=True)):
 call each shape once before capturing a CUDA graph, as torch requires for any op. A small-family kernel with
 grid_k > 1 or an sm80 one with reduce=last keeps its tiles' tickets in the library's own device memory
-(cudal2/kernels/small.py, sm80.py): two of its launches must never overlap. Eager calls of such a kernel are put in
+(cudal2/kernels/small.py, sm80.py): two of its launches must never overlap (overlapping, the last-arrival sums go
+wrong, and a small kernel with spread, whose groups wait for one another, may wait for ever). Eager calls of such a kernel are put in
 one order: a call on another stream than the kernel's last first waits for that stream's work (`_in_stream_order`).
 Calls under graph capture are not ordered (the capture stream already follows the eager work before it), so a graph
 that runs one such kernel on two of its branches, or replays while another stream calls the kernel, is the caller's

@@ -328,12 +328,12 @@ class FillSearch(PlannedSearch):
         measured = {c.name for c in own}
         # Distinct cuts of the output and K only: two K-block depths of one cut estimate alike, and would crowd out
         # a different cut.
-        seen: set[tuple[int, int, int, bool, bool, bool]] = set()
+        seen: set[tuple[int, int, int, bool, bool, bool, bool]] = set()
         fresh = []
         estimated = sorted(((estimate_us(t, target, self.sms), c.name, t, c) for t, c in by_tiling.items()),
                            key=lambda e: e[:2])
         for est, _, t, cand in estimated:
-            key = (t.bm, t.bn, t.splits, t.stream_k, t.cluster_reduce, t.last_arrival)
+            key = (t.bm, t.bn, t.splits, t.stream_k, t.cluster_reduce, t.last_arrival, t.spread)
             if est <= limit and cand.name not in measured and key not in seen:
                 seen.add(key)
                 fresh.append(cand)
@@ -567,6 +567,12 @@ SERIAL_STEP_US = 1.0
 # the last CTA of a tile reads the partials from L2. Not fitted; as built it measured 2.0-2.6 us slower than the same
 # 16x32 tiling summed in a cluster (64x64x2048, 64x64x8192 on the H200: benchmarks/RESULTS.md, thirty-seventh session).
 LAST_ARRIVAL_US = CLUSTER_SYNC_US + 2.0
+# The reading SM takes the tile's partials at one SM's L2 bandwidth (~64 B per clock at ~1.9 GHz; not fitted), so a
+# large tile cut many ways costs its last CTA microseconds. Spread (the small family's grid_k with spread): every CTA
+# of the tile waits for the last arrival (one more L2 round trip of polling, a guess) and reads a 1/splits share of
+# each partial, so no one SM reads them all.
+SM_L2_BYTES_PER_US = 0.12e6
+SPREAD_WAIT_US = 0.5
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:
@@ -591,8 +597,10 @@ def estimate_us(t: Tiling, task: Task, sms: int) -> float:
         reduce = 0.0
     elif t.cluster_reduce:  # parked in shared memory, read over the cluster's SM-to-SM network: no second pass
         reduce = CLUSTER_SYNC_US + 4 * partial_tiles * t.bm * t.bn / DSMEM_BYTES_PER_US
-    elif t.last_arrival:  # through L2 to the tile's last CTA, in the same launch
-        reduce = LAST_ARRIVAL_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
+    elif t.last_arrival:  # through L2 to the tile's last CTA (or with spread to all of them), in the same launch
+        one_sm_reads = 4 * t.bm * t.bn * (1 if t.spread else t.splits)  # bytes: a share of each partial, or all
+        reduce = (LAST_ARRIVAL_US + (SPREAD_WAIT_US if t.spread else 0.0) + one_sm_reads / SM_L2_BYTES_PER_US
+                  + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US)
     else:
         reduce = SPLIT_US + 2 * 4 * partial_tiles * t.bm * t.bn / L2_BYTES_PER_US
         if t.serial_reduce:  # the chain of a tile's K ranges (stream-K: about two peers per shared tile)

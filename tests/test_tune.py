@@ -211,9 +211,18 @@ def test_wave_model_charges_whole_waves_and_split_partials():
     assert estimate_us(replace(tile, splits=4), skinny, sms) < estimate_us(tile, skinny, sms)
     # With a full wave of tiles already, splitting only adds partials.
     assert estimate_us(replace(tile, splits=2), full, sms) > estimate_us(tile, full, sms)
-    # Summed by the last CTA to arrive in the same launch: no second kernel's fixed cost.
-    assert estimate_us(replace(tile, splits=4, last_arrival=True), skinny, sms) < \
-        estimate_us(replace(tile, splits=4), skinny, sms)
+    # Summed by the last CTA to arrive in the same launch: no second kernel's fixed cost, while that CTA reads few
+    # partials (4 of a 64x64 tile: 64 KiB); 4 of a 128x128 tile (256 KiB) cost one SM about as much as the kernel.
+    small_tile = Tiling(64, 64, 64, 4)
+    assert estimate_us(replace(small_tile, last_arrival=True), skinny, sms) < estimate_us(small_tile, skinny, sms)
+    assert estimate_us(replace(tile, splits=4, last_arrival=True), skinny, sms) > \
+        estimate_us(replace(tile, splits=4), skinny, sms) - 0.5
+    # Spread: every CTA reads a share, which pays where the last CTA would read much (a 64x64 tile cut 16 ways:
+    # 256 KiB), not where it reads little (a 16x16 tile: 16 KiB), for its extra wait.
+    long_k = Task(64, 64, 8192)
+    for bm, wins in ((64, True), (16, False)):
+        last = Tiling(bm, bm, 128, 16, last_arrival=True)
+        assert (estimate_us(replace(last, spread=True), long_k, sms) < estimate_us(last, long_k, sms)) is wins, bm
 
 
 def _sm90(**kw) -> Candidate:

@@ -137,8 +137,8 @@ ALL_ARRIVED_SYNC = """\
 // Every thread of a CTA calls this after its last workspace write (stored past L1). It returns, in every thread, once
 // all `arrivals` CTAs of the tile have called it: each may then read the others' writes (past L1). It waits for the
 // other CTAs, so they must all be resident (a cooperative launch). The ticket counts the arrivals, then the
-// departures (thread 0 of each CTA, after its wait): the last departure resets it to zero for the next launch, when
-// no CTA of the tile still waits on it. Fences as in last_arrival.
+// departures (thread 0 of each CTA, after its wait, while the other warps go on): the last departure resets it to
+// zero for the next launch, when no CTA of the tile still waits on it. Fences as in last_arrival.
 __device__ __forceinline__ void all_arrived(unsigned int* ticket, unsigned int arrivals) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -147,9 +147,9 @@ __device__ __forceinline__ void all_arrived(unsigned int* ticket, unsigned int a
         while (ticket_read(ticket) < arrivals) {
         }
         fence_gpu();  // the others fenced before they arrived: their writes are visible from here on
-        if (ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);
     }
     __syncthreads();
+    if (threadIdx.x == 0 && ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);
 }
 """
 

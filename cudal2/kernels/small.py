@@ -25,7 +25,8 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 then each adds its GRID_K-th share of the tile (same order, same bits): the partials are read by
                 GRID_K CTAs at once, not all by the last. Waiting for other CTAs needs them all resident: the launch
                 is cooperative, and a shape whose grid the GPU cannot hold at once (SMs x blocks per SM, asked once
-                per GPU) is summed by the last arrival instead.
+                per GPU) is summed by the last arrival instead. Two launches at once on one library's tickets could
+                wait on each other for ever here (not only sum wrongly), so they must never overlap.
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
@@ -126,8 +127,9 @@ class SmallFamily:
 
     name = "small"
     archs = ("sm_80", "sm_90a")
-    # warps_k splits K inside a block (the block's code); cluster_k and grid_k split it over CTAs: the cut.
-    decomposition = ("cluster_k", "grid_k")
+    # warps_k splits K inside a block (the block's code); cluster_k and grid_k split it over CTAs, and spread shares
+    # out the groups' sum: the cut.
+    decomposition = ("cluster_k", "grid_k", "spread")
 
     def space(self) -> dict[str, tuple[Any, ...]]:
         return dict(SPACE)
@@ -321,8 +323,8 @@ def _k_reduction_text(cfg: SmallConfig) -> str:
 
 _SPREAD_TEXT = """
   Spread: where the GPU holds the whole grid at once (SMs x blocks per SM, asked once per GPU), the launch is
-  cooperative and no group exits at the ticket: each waits until all {g} have arrived, and group g adds the pairs
-  g * THREADS + i, + {g} * THREADS, ... over the {g} groups in the same order 0, 1, ... (the same bits as the last
+  cooperative and no group exits at the ticket: each waits until all {g} have arrived, and group g adds the g-th of
+  {g} contiguous runs of the tile's pairs over the {g} groups in the same order 0, 1, ... (the same bits as the last
   arrival's sums): the tile's partials are read by {g} CTAs at once. The ticket then counts the groups leaving the
   wait, and the last to leave resets it to zero."""
 
@@ -453,7 +455,7 @@ _GROUP_SUM = """        if (groups == 1) store_parked_pair(C, M, N, vec, e, sum)
 _LAST_ARRIVAL = string.Template("""    if (groups > 1) {
         unsigned int* ticket = &g_tickets[tile * CLUSTER_K + rank];
 $meet#pragma unroll 4
-        for (int e = $first; e < PAIRS; e += $step) {
+        for (int e = $first; e < $end; e += $step) {
             float2 p[GRID_K];  // every group's pair loaded before any is added: GRID_K loads in flight
 #pragma unroll
             for (int q = 0; q < GRID_K; ++q) p[q] = load_l2_f2(&ws[((size_t)q * tiles + tile) * PAIRS + e]);
@@ -472,18 +474,21 @@ _MEET_LAST = {
         if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
 """,
     "first": "rank * THREADS + (int)threadIdx.x",
+    "end": "PAIRS",
     "step": "CLUSTER_K * THREADS",
 }
-_MEET_SPREAD = {  # CLUSTER_K = 1: the share of group g is the pairs g * THREADS + i, + GRID_K * THREADS, ...
+_MEET_SPREAD = {  # CLUSTER_K = 1 (rank 0): group g sums the g-th of GRID_K contiguous runs of the tile's pairs
     "meet": """        // spread (the grid resident at once: a cooperative launch): every group waits for the others, then sums its
         // share of the tile's pairs; otherwise (the launch's choice) the last group to arrive sums them all.
         volatile int* flag = reinterpret_cast<volatile int*>(smem_raw + PARK_BYTES - PARK_FLAG_BYTES);
         if (spread) all_arrived(ticket, GRID_K);
         else if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share
-        const int share = spread ? group : 0, shares = spread ? GRID_K : 1;
+        const int per_share = spread ? (PAIRS + GRID_K - 1) / GRID_K : PAIRS;
+        const int share_begin = spread ? group * per_share : 0, share_end = min(PAIRS, share_begin + per_share);
 """,
-    "first": "share * THREADS + (int)threadIdx.x",
-    "step": "shares * THREADS",
+    "first": "share_begin + (int)threadIdx.x",
+    "end": "share_end",
+    "step": "THREADS",
 }
 
 

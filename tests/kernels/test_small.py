@@ -193,7 +193,8 @@ def test_spread_sums_the_same_bits_as_the_last_arrival_in_the_cpu_emulator(tmp_p
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize(("old", "what"), [
-    ("        if (ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);\n", "ticket left behind"),
+    ("    if (threadIdx.x == 0 && ticket_arrive(ticket) == 2 * arrivals - 1) ticket_reset(ticket);\n",
+     "ticket left behind"),
     ("        while (ticket_read(ticket) < arrivals) {\n        }\n", "no wait for the other groups"),
 ])
 def test_the_emulator_catches_a_broken_spread(tmp_path, old, what):
