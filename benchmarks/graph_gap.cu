@@ -62,33 +62,32 @@ __global__ void cold_tile_kernel(const int4* in, int4* out) {
 
 __global__ void cluster_kernel() {}
 
-static void launch_cluster(int cluster, int blocks, cudaStream_t s) {
+// A launch of `blocks` CTAs of 128 threads with one launch attribute (a cluster shape, or cooperative).
+template <class... Params, class... Args>
+static void launch_with(cudaLaunchAttribute attr, int blocks, cudaStream_t s, void (*kernel)(Params...), Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(128);
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
+  cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&cfg, cluster_kernel));
+  CK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
-static void launch_cooperative(int blocks, cudaStream_t s, unsigned* counters, unsigned per_counter, bool wait) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (wait) CK(cudaLaunchKernelEx(&cfg, spread_kernel, counters, per_counter));
-  else CK(cudaLaunchKernelEx(&cfg, empty_kernel));
+static cudaLaunchAttribute cluster_of(int cluster) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+static cudaLaunchAttribute cooperative() {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  return attr;
 }
 
 static double time_pattern(cudaStream_t s, const std::function<void(int)>& call) {
@@ -148,13 +147,15 @@ int main() {
          const char* base = sets + (size_t)(i % SETS) * SET_BYTES;
          cold_tile_kernel<<<1, 512, 0, s>>>((const int4*)base, (int4*)(base + (1u << 20)));
        }},
-      {"cluster_2_of_2_per_sm", [&](int) { launch_cluster(2, full, s); }},
-      {"cluster_8_of_2_per_sm", [&](int) { launch_cluster(8, full, s); }},
-      {"cluster_16_of_2_per_sm", [&](int) { launch_cluster(16, full / 16 * 16, s); }},
+      {"cluster_2_of_2_per_sm", [&](int) { launch_with(cluster_of(2), full, s, cluster_kernel); }},
+      {"cluster_8_of_2_per_sm", [&](int) { launch_with(cluster_of(8), full, s, cluster_kernel); }},
+      {"cluster_16_of_2_per_sm", [&](int) { launch_with(cluster_of(16), full / 16 * 16, s, cluster_kernel); }},
       // Last: a cooperative launch that cannot be captured would end the run here (CK), after the others printed.
-      {"cooperative_empty_2_per_sm", [&](int) { launch_cooperative(full, s, counters, 8, false); }},
-      {"spread_wait_8_per_counter", [&](int) { launch_cooperative(full, s, counters, 8, true); }},
-      {"spread_wait_16_per_counter", [&](int) { launch_cooperative(full / 16 * 16, s, counters, 16, true); }},
+      {"cooperative_empty_2_per_sm", [&](int) { launch_with(cooperative(), full, s, empty_kernel); }},
+      {"spread_wait_8_per_counter", [&](int) { launch_with(cooperative(), full, s, spread_kernel, counters, 8u); }},
+      {"spread_wait_16_per_counter", [&](int) {
+         launch_with(cooperative(), full / 16 * 16, s, spread_kernel, counters, 16u);
+       }},
   };
   for (auto& p : patterns) std::printf("%s %.3f\n", p.name, time_pattern(s, p.call));
   CK(cudaGetLastError());
