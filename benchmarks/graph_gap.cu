@@ -36,6 +36,22 @@ __global__ void arrive_kernel(unsigned* counters, int per_counter) {
   if (threadIdx.x == 0 && ticket % per_counter == per_counter - 1) counters[blockIdx.x / per_counter] = 0;
 }
 
+// The last-arrival protocol as the families render it (cuda_parts.LAST_ARRIVAL_SYNC): the last CTA resets its
+// counter and then fences, so its fence also waits for the reset; arrive_kernel above resets after everything.
+__global__ void last_arrival_kernel(unsigned* counters, unsigned per_counter) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(&counters[blockIdx.x / per_counter], 1u) == per_counter - 1;
+    if (last) {
+      atomicExch(&counters[blockIdx.x / per_counter], 0u);
+      __threadfence();
+    }
+  }
+  __syncthreads();
+}
+
 // The spread protocol (cudal2/kernels/cuda_parts.py, ALL_ARRIVED_SYNC) on its own: every CTA counts in, waits until
 // the other CTAs of its counter have, then counts out; the last out resets the counter. Needs a cooperative launch.
 __global__ void spread_kernel(unsigned* counters, unsigned per_counter) {
@@ -143,6 +159,7 @@ int main() {
          empty_kernel<<<full, 128, 0, s>>>();
        }},
       {"arrive_8_per_counter", [&](int) { arrive_kernel<<<full, 128, 0, s>>>(counters, 8); }},
+      {"last_arrival_8_per_counter", [&](int) { last_arrival_kernel<<<full, 128, 0, s>>>(counters, 8u); }},
       {"cold_64x64x64_tile_traffic", [&](int i) {
          const char* base = sets + (size_t)(i % SETS) * SET_BYTES;
          cold_tile_kernel<<<1, 512, 0, s>>>((const int4*)base, (int4*)(base + (1u << 20)));
