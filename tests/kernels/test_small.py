@@ -236,3 +236,17 @@ def test_sample_is_correct_on_the_gpu(config, tmp_path):
     res = ev.evaluate(FAMILY.render(config), tasks)
     for s in res.shapes:
         assert s.status == Status.OK, (s.task.mnk, s.status.value, s.reason)
+
+
+@pytest.mark.gpu
+def test_spread_takes_the_cooperative_path_on_the_gpu(tmp_path):
+    # SPREAD_8 with its last-arrival fallback made a trap: on shapes whose grid (<= 160 CTAs of 128 threads) the GPU
+    # holds at once, the launch must be cooperative and every group must sum its share, or the kernel faults.
+    fallback = "        else if (!last_arrival(ticket, GRID_K, flag)) return;  // another group adds this share\n"
+    source = FAMILY.render(SPREAD_8)
+    assert fallback in source
+    source = source.replace(fallback, "        else __trap();  // (test) the fallback must not run here\n")
+    ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
+    res = ev.evaluate(source, [Task(64, 64, 16384), Task(77, 100, 333), Task(33, 17, 1000)])
+    for s in res.shapes:
+        assert s.status == Status.OK, (s.task.mnk, s.status.value, s.reason)
