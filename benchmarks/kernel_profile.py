@@ -8,6 +8,11 @@ times of the same shape come alongside (ncu's duration of one isolated launch ru
 time, so compare ours with cuBLAS's within a column, not across).
 
     python3 benchmarks/kernel_profile.py --db STORE --shapes 1024x512x256 128x128x16384 --out profile.md [--raw DIR]
+                                         [--config NAME ...]
+
+`--config NAME` (repeatable; a name as `cudal2 tune` prints it) profiles those configs, rendered today, on every shape
+instead of the store's fastest kernel (e.g. a cut next to its `spread` twin); their replay times come from the store
+where it measured that very source on the shape, else the column says so.
 
 It measures; it asserts nothing. Duration under ncu is one cold call in isolation, not the evaluator's figure.
 """
@@ -24,8 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudal2 import tune
 from cudal2.sandbox.compiler import compile_source
-from cudal2.sandbox.evaluator import default_cache_dir
+from cudal2.sandbox.evaluator import default_cache_dir, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.store import ResultStore
 from cudal2.sandbox.types import Mode, Status, Task
@@ -56,6 +62,59 @@ class KernelRow:
     name: str
     metrics: dict[str, float]
     stalls: tuple[tuple[str, float], ...]  # (reason, warps per issued instruction), largest first
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One kernel to profile on one shape: its source and, where the store measured that source there (offline),
+    the replay medians of it and of cuBLAS in that evaluation, microseconds."""
+
+    shape: str  # MxNxK as given
+    task: Task
+    source: str
+    replay_us: tuple[float, float] | None  # (ours, cuBLAS's); None: never measured on this shape
+
+
+def store_picks(store: ResultStore, tasks: dict[str, Task], gpu: str) -> list[Pick]:
+    """The store's fastest verified kernel (offline) per shape; shapes without one are named on stderr."""
+    picks = []
+    for text, task in tasks.items():
+        best = store.best(task, gpu, mode=Mode.OFFLINE, baseline="cublas", limit=1)
+        if not best:
+            print(f"{text}: no verified kernel in the store", file=sys.stderr)
+            continue
+        h, result = best[0]
+        picks.append(Pick(text, task, store.get_source(h), _replay(result)))
+    return picks
+
+
+def named_picks(store: ResultStore, tasks: dict[str, Task], gpu: str, names: list[str]) -> list[Pick]:
+    """Every named config (rendered today) on every shape; SystemExit naming a config that does not parse."""
+    sources = []
+    for name in names:
+        try:
+            cand = tune.candidate_named(tune.FAMILIES, name)
+        except tune.TuneInputError as e:
+            raise SystemExit(f"kernel_profile: {e}") from None
+        sources.append(cand.family.render(cand.cfg))
+    picks = []
+    for source in sources:
+        for text, task in tasks.items():
+            result = store.get_result(source_hash(source), task, gpu, Mode.OFFLINE)
+            ok = result is not None and result.status is Status.OK
+            picks.append(Pick(text, task, source, _replay(result) if ok else None))
+    return picks
+
+
+def source_title(source: str) -> str:
+    """What names a source in the summary: its `// Config NAME` header line (the families' sources), else its first
+    line."""
+    lines = [line.lstrip("/ ").strip() for line in source.lstrip().splitlines()[:40]]
+    return next((line for line in lines if line.startswith("Config ")), lines[0] if lines else "")
+
+
+def _replay(result) -> tuple[float, float]:
+    return result.timings["candidate"].median_us, result.timings["cublas"].median_us
 
 
 def parse_shape(text: str) -> Task:
@@ -153,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=3, help="stall reasons shown per kernel")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per ncu run")
     ap.add_argument("--jobs", type=int, default=12, help="parallel nvcc processes")
+    ap.add_argument("--config", action="append", default=[],
+                    help="profile this config (a `cudal2 tune` name, rendered today) on every shape instead of the "
+                         "store's fastest kernel (repeatable)")
     args = ap.parse_args(argv)
 
     gpu = detect_gpu(0)
@@ -160,48 +222,45 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("kernel_profile: no GPU")
     store = ResultStore(args.db)
     tasks = {text: parse_shape(text) for text in args.shapes}
-    chosen = {text: store.best(task, gpu.label, mode=Mode.OFFLINE, baseline="cublas", limit=1)
-              for text, task in tasks.items()}
-    for text in [t for t, best in chosen.items() if not best]:
-        print(f"{text}: no verified kernel in the store", file=sys.stderr)
-    chosen = {t: best[0] for t, best in chosen.items() if best}
+    picks = (named_picks(store, tasks, gpu.label, args.config) if args.config
+             else store_picks(store, tasks, gpu.label))
     driver = Path("/tmp/kernel_profile")
     # nvcc takes ~40 s per CUTLASS source on one core: all of them at once, and the driver alongside.
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         built = pool.submit(build_driver, driver)
-        sources = {text: store.get_source(h) for text, (h, _) in chosen.items()}  # the store stays on this thread
-        jobs = {text: pool.submit(compile_source, src, gpu.arch, default_cache_dir()) for text, src in sources.items()}
-        compiled = {text: job.result() for text, job in jobs.items()}
+        unique = {p.source: None for p in picks}  # one compile per source, whichever shapes it runs on
+        jobs = {src: pool.submit(compile_source, src, gpu.arch, default_cache_dir()) for src in unique}
+        compiled = {src: job.result() for src, job in jobs.items()}
         built.result()
     table = ["| shape | call | kernel | us (ncu) | grid | block | regs | smem KiB | DRAM MB r / w | kinst | SM % "
              "| mem % | top stalls (warps per issue) |", "|" + "---|" * 13]
     summary = ["| shape | candidate config | replay us: ours / cuBLAS | kernels us (ncu): ours / cuBLAS |",
                "|---|---|---|---|"]
-    for text, (_, result) in chosen.items():
-        comp = compiled[text]
+    for pick in picks:
+        text, comp = pick.shape, compiled[pick.source]
         if comp.status is not Status.COMPILED:
             print(f"{text}: {comp.status.value}: {comp.reason}", file=sys.stderr)
             continue
         try:
-            raw = profile(driver, comp.lib_path, tasks[text], args.timeout)
+            raw = profile(driver, comp.lib_path, pick.task, args.timeout)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"{text}: {e}", file=sys.stderr)
             continue
+        title = source_title(pick.source)
+        label = f"{text} {source_hash(pick.source)[:8]}"  # a shape may be profiled with several sources
         if args.raw:
             Path(args.raw).mkdir(parents=True, exist_ok=True)
-            (Path(args.raw) / f"{text}.csv").write_text(raw)
+            (Path(args.raw) / f"{label.replace(' ', '-')}.csv").write_text(raw)
         try:
             rows = parse_ncu_csv(raw)
         except ValueError as e:
             print(f"{text}: {e}", file=sys.stderr)
             continue
-        table += kernel_table(text, rows, args.top)
-        first_line = sources[text].lstrip().split("\n", 1)[0].lstrip("/ ")
-        ours, theirs = result.timings["candidate"].median_us, result.timings["cublas"].median_us
+        table += kernel_table(label, rows, args.top)
+        replay = "not measured" if pick.replay_us is None else f"{pick.replay_us[0]:.2f} / {pick.replay_us[1]:.2f}"
         k_ours, k_theirs = total_us(rows, "candidate"), total_us(rows, "cublas")
-        summary.append(f"| {text} | `{first_line[:90]}` | {ours:.2f} / {theirs:.2f} "
-                       f"| {k_ours:.2f} / {k_theirs:.2f} |")
-        print(f"{text}: replay {ours:.2f} / {theirs:.2f} us, kernels {k_ours:.2f} / {k_theirs:.2f} us", flush=True)
+        summary.append(f"| {label} | `{title[:110]}` | {replay} | {k_ours:.2f} / {k_theirs:.2f} |")
+        print(f"{text}: replay {replay} us, kernels {k_ours:.2f} / {k_theirs:.2f} us", flush=True)
         # Written after every shape: a run cut short by its time limit keeps what it measured.
         Path(args.out).write_text("\n".join(summary) + "\n\n" + "\n".join(table) + "\n")
     print("\n".join(table))

@@ -4,8 +4,9 @@
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
-#     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel and cuBLAS's on
-#              PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall reasons per kernel)
+#     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel (or each config that
+#              PROFILE_CONFIGS names) and cuBLAS's on PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall
+#              reasons per kernel)
 #     paired: benchmarks/paired_noise.py on the grid store's chosen kernels of PAIRED_COUNT (24) shapes with
 #             MNK >= 2^PAIRED_MIN_LOG2_MNK (36), each timed PAIRED_REPEATS (3) times: paired speedup vs ratio of medians
 #     model: patch_linear's GPU test, then benchmarks/model_bench.py: MODEL_BENCH_LAYERS (2) decoder layers of each LLM
@@ -140,8 +141,10 @@ fi
 if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel next to cuBLAS on PROFILE_SHAPES
   store=${GRID_STORE:-benchmarks/stores/h200_grid.sqlite.gz}
   [[ -f /tmp/grid.sqlite ]] || python3 -m cudal2.cli store assemble "$store" --out /tmp/grid.sqlite || rc=1
+  profile_configs=()  # PROFILE_CONFIGS: config names to profile on every shape instead of the store's best
+  for name in ${PROFILE_CONFIGS:-}; do profile_configs+=(--config "$name"); done
   python3 benchmarks/kernel_profile.py --db /tmp/grid.sqlite --out "$OUT/kernel_profile.md" --raw /tmp/profile-raw \
-    --shapes ${PROFILE_SHAPES:-1024x512x256 512x1024x256 256x2048x1024 1024x1024x128 128x4096x256 512x2048x64 \
+    ${profile_configs[@]+"${profile_configs[@]}"} --shapes ${PROFILE_SHAPES:-1024x512x256 512x1024x256 256x2048x1024 1024x1024x128 128x4096x256 512x2048x64 \
       128x128x16384 256x12288x4096 12288x8192x4096 64x64x64 4096x4096x4096} 2>&1 | tee "$OUT/kernel_profile.log" || rc=1
   tar -czf "$OUT/kernel_profile_raw.tar.gz" -C /tmp/profile-raw . 2>/dev/null
 fi

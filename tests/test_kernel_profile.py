@@ -64,3 +64,45 @@ def test_a_csv_of_another_page_is_refused_in_one_line():
 def test_a_malformed_shape_is_one_line():
     with pytest.raises(SystemExit, match="expected MxNxK"):
         kernel_profile.parse_shape("1024x512")
+
+
+def _store_with(tmp_path, source, task, median_us):
+    """A store holding one offline result of `source` on `task` (H200 label), timed at `median_us` against cuBLAS."""
+    from cudal2.sandbox.evaluator import source_hash
+    from cudal2.sandbox.store import ResultStore
+    from cudal2.sandbox.types import Mode, ShapeResult, Status, Timing
+
+    store = ResultStore(tmp_path / "s.sqlite")
+    h = source_hash(source)
+    store.put_source(h, source)
+    def timing(us: float) -> Timing:
+        return Timing(median_us=us, min_us=us, p10_us=us, p90_us=us, p99_us=us, spread=0.0, reps=10)
+
+    result = ShapeResult(task=task, status=Status.OK, reason="", timings={"candidate": timing(median_us),
+                                                                        "cublas": timing(2 * median_us)})
+    store.put_result(h, "h200", Mode.OFFLINE, result)
+    return store
+
+
+def test_named_configs_are_profiled_on_every_shape_with_the_stores_replay_where_measured(tmp_path):
+    from cudal2 import tune
+    from cudal2.sandbox.types import Task
+
+    names = ["small-bm16-bn32-warps_m1-warps_n2-warps_k4-k_unroll1-accfp32-grid_k8",
+             "small-bm16-bn32-warps_m1-warps_n2-warps_k4-k_unroll1-accfp32-grid_k8-spread1"]
+    plain = tune.candidate_named(tune.FAMILIES, names[0])
+    measured, other = Task(64, 64, 8192), Task(128, 64, 4096)
+    store = _store_with(tmp_path, plain.family.render(plain.cfg), measured, 4.0)
+    picks = kernel_profile.named_picks(store, {"64x64x8192": measured, "128x64x4096": other}, "h200", names)
+    assert [(p.shape, p.replay_us) for p in picks] == [("64x64x8192", (4.0, 8.0)), ("128x64x4096", None),
+                                                       ("64x64x8192", None), ("128x64x4096", None)]
+    assert [kernel_profile.source_title(p.source) for p in picks[::2]] == [f"Config {name}" for name in names]
+
+
+def test_a_config_name_that_does_not_parse_is_one_line(tmp_path):
+    from cudal2.sandbox.store import ResultStore
+    from cudal2.sandbox.types import Task
+
+    with pytest.raises(SystemExit, match="kernel_profile: config .*bogus"):
+        kernel_profile.named_picks(ResultStore(tmp_path / "s.sqlite"), {"64x64x64": Task(64, 64, 64)}, "h200",
+                                   ["small-bogus1"])
