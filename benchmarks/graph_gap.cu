@@ -1,12 +1,14 @@
 // graph_gap.cu: what one node costs in the evaluator's offline timing (CUDA-graph replay of R back-to-back calls).
 // It prices the pieces a kernel design can add to a call: a second kernel (split-K's workspace reduction), a
 // memset node (zeroing split-K counters), a thread-block cluster launch (cluster reduction), the cold-input
-// floor of a tiny GEMM call, and a cooperative launch whose CTAs wait for one another (the small family's spread). No cuBLAS, no cudal2 code: build and run with
+// floor of a tiny GEMM call, a cooperative launch whose CTAs wait for one another (the small family's spread), and
+// what the store pattern costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows). No cuBLAS, no cudal2 code: build and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
 //
 // Each pattern is captured R=64 times into one graph (as the harness does), the graph is replayed REPLAYS times
 // after a warm-up, and the median replay time / R is printed in microseconds, one `name us` line per pattern.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,6 +79,30 @@ __global__ void cold_tile_kernel(const int4* in, int4* out) {
 }
 
 __global__ void cluster_kernel() {}
+
+// A 1024x1024 half output (2 MiB) in 32x64 tiles, 512 CTAs of 64 threads, as the small family's default config stores
+// it after its K sum: each of 2 warps a 32x32 warp tile of m16n8 fragments, lane (g, t) a half2 at rows g and g + 8,
+// columns 2t, 2t + 1: 8 rows x 16 bytes per warp store. N = 1024.
+__global__ void store_fragments_kernel(half2* C) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const half2 v = __floats2half2_rn((float)threadIdx.x, 1.0f);
+  for (int mi = 0; mi < 2; ++mi)
+    for (int ni = 0; ni < 4; ++ni) {
+      const int row = blockIdx.y * 32 + mi * 16 + g, col = blockIdx.x * 64 + warp * 32 + ni * 8 + 2 * t;
+      C[(row * 1024 + col) / 2] = v;
+      C[((row + 8) * 1024 + col) / 2] = v;
+    }
+}
+
+// The same tiles written as 16-byte row chunks (what staging the tile through shared memory would give): consecutive
+// threads, consecutive 16 bytes of a row, 512 contiguous bytes per warp store.
+__global__ void store_rows_kernel(int4* C) {
+  const int4 v = make_int4(threadIdx.x, 1, 2, 3);
+  for (int c = threadIdx.x; c < 32 * 8; c += 64) {  // 32 rows x 8 chunks of 8 halves
+    const int row = blockIdx.y * 32 + c / 8, col = blockIdx.x * 64 + (c % 8) * 8;
+    C[(row * 1024 + col) / 8] = v;
+  }
+}
 
 // A launch of `blocks` CTAs of 128 threads with one launch attribute (a cluster shape, or cooperative).
 template <class... Params, class... Args>
@@ -160,6 +186,12 @@ int main() {
        }},
       {"arrive_8_per_counter", [&](int) { arrive_kernel<<<full, 128, 0, s>>>(counters, 8); }},
       {"last_arrival_8_per_counter", [&](int) { last_arrival_kernel<<<full, 128, 0, s>>>(counters, 8u); }},
+      {"store_2MiB_half2_fragments", [&](int i) {
+         store_fragments_kernel<<<dim3(16, 32), 64, 0, s>>>((half2*)(sets + (size_t)(i % SETS) * SET_BYTES));
+       }},
+      {"store_2MiB_16B_rows", [&](int i) {
+         store_rows_kernel<<<dim3(16, 32), 64, 0, s>>>((int4*)(sets + (size_t)(i % SETS) * SET_BYTES));
+       }},
       {"cold_64x64x64_tile_traffic", [&](int i) {
          const char* base = sets + (size_t)(i % SETS) * SET_BYTES;
          cold_tile_kernel<<<1, 512, 0, s>>>((const int4*)base, (int4*)(base + (1u << 20)));
