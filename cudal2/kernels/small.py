@@ -27,6 +27,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 is cooperative, and a shape whose grid the GPU cannot hold at once (SMs x blocks per SM, asked once
                 per GPU) is summed by the last arrival instead. Two launches at once on one library's tickets could
                 wait on each other for ever here (not only sum wrongly), so they must never overlap.
+    stage_c     (one CTA per tile) the tile goes to C through shared memory: K-warp 0 writes its halves there,
+                then every thread of the block stores 16-byte row chunks (512 contiguous bytes per warp store)
+                instead of the fragments' 4-byte pairs (8 rows x 16 bytes per warp store), for the wide outputs of a
+                short K, whose time is the stores' and the loads' latency
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
@@ -34,6 +38,7 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
 from __future__ import annotations
 
 import string
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +52,7 @@ MAX_THREADS = 1024
 REGS_PER_SM = 65536
 MAX_REGS_PER_THREAD = 255
 STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ per block without the dynamic opt-in
+C_PAD = 8  # halves after each row of the staged C tile: rows stay 16-byte aligned, fragment writes miss bank clashes
 OVERHEAD_REGS = 24  # addresses, loop counters, predicates beyond accumulators and loaded fragments
 # Largest M*N*K the tuner sends this family: beyond it the missing shared-memory reuse makes these kernels far
 # slower than sm80_mma, and timing one on a 2^38-FLOP shape would take seconds of GPU time per call. The kernels
@@ -62,7 +68,8 @@ class SmallConfig:
     """One kernel: a bm x bn tile per block, warps_m x warps_n x warps_k warps, k_unroll 32-wide K steps per load
     batch (loads of a batch are all issued before its mma); cluster_k CTAs (a cluster) per tile, each on its own K
     range (1: one CTA per tile, as before the field existed); grid_k groups of such CTAs or clusters per tile, summed
-    by the last to arrive through the workspace (1: none), or with spread by all of them, a share each."""
+    by the last to arrive through the workspace (1: none), or with spread by all of them, a share each; stage_c:
+    the tile stored through shared memory in 16-byte row chunks."""
 
     bm: int
     bn: int
@@ -74,6 +81,7 @@ class SmallConfig:
     cluster_k: int = field(default=1, metadata=ADDED_LATER)
     grid_k: int = field(default=1, metadata=ADDED_LATER)
     spread: bool = field(default=False, metadata=ADDED_LATER)
+    stage_c: bool = field(default=False, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -102,6 +110,11 @@ class SmallConfig:
         return (self.warps_k - 1) * self.bm * self.bn * 4
 
     @property
+    def stage_smem_bytes(self) -> int:
+        """Shared memory of the staged C tile (stage_c): BM rows of BN + C_PAD halves."""
+        return self.bm * (self.bn + C_PAD) * 2 if self.stage_c else 0
+
+    @property
     def est_registers(self) -> int:
         mi, ni = self.warp_m // 16, self.warp_n // 8
         acc_words = mi * ni * (4 if self.acc is Acc.FP32 else 2)
@@ -119,6 +132,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "cluster_k": (1, 2, 4, 8, cuda_parts.MAX_CLUSTER),
     "grid_k": (1, 2, 4, 8, 16, 32),
     "spread": (False, True),
+    "stage_c": (False, True),
 }
 
 
@@ -158,6 +172,11 @@ class SmallFamily:
         if cfg.reduce_smem_bytes > STATIC_SMEM_LIMIT:
             return (f"shared memory {cfg.reduce_smem_bytes} B for the {cfg.warps_k}-way K reduction of a "
                     f"{cfg.bm}x{cfg.bn} fp32 tile over the {STATIC_SMEM_LIMIT} B static limit")
+        if cfg.stage_c and cfg.parks_all:
+            return "stage_c stages the one-CTA tile's store: cluster_k and grid_k store their sums pair by pair"
+        if cfg.reduce_smem_bytes + cfg.stage_smem_bytes > STATIC_SMEM_LIMIT:
+            return (f"shared memory {cfg.reduce_smem_bytes} B for the K reduction and {cfg.stage_smem_bytes} B for "
+                    f"the staged {cfg.bm}x{cfg.bn} C tile over the {STATIC_SMEM_LIMIT} B static limit")
         if cfg.cluster_k > 1 and not arch.startswith("sm_90"):
             return f"cluster_k needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
         if cfg.spread and cfg.grid_k == 1:
@@ -237,6 +256,8 @@ Shapes
             ("int", "WARPS_K", str(cfg.warps_k), "warps sharing one output tile, splitting K"),
             ("int", "K_UNROLL", str(cfg.k_unroll), "32-wide K steps loaded per batch"),
             *_parked_constants(cfg),
+            *([("int", "C_PAD", str(C_PAD), "halves after each row of the staged C tile (16-byte rows, no bank clash)")]
+              if cfg.stage_c else []),
         ]),
         "accumulator": cuda_parts.accumulator(cfg.acc),
         "store_pair": cuda_parts.STORE_PAIR,
@@ -245,10 +266,12 @@ Shapes
                                 if grid else "",
                                 cuda_parts.TICKET_READ + cuda_parts.ALL_ARRIVED_SYNC if spread else "",
                                 _STORE_PARKED_PAIR if parked and not grid else "",
-                                "\n" if parked else ""]),
+                                "\n" if parked else "",
+                                _STORE_TILE if cfg.stage_c else ""]),
         "ws_param": ", float2* __restrict__ ws" + (", int spread" if spread else "") if grid else "",
         "k_loop": _RANGE_K_LOOP if parked else _K_LOOP,
-        "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE,
+        "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE.substitute(
+            _STORE_STAGED if cfg.stage_c else _STORE_PAIRS),
         "cut_launch": _parked_launch(cfg) if parked else "",
         "workspace_fn": _WORKSPACE_FN if grid else "",
         "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
@@ -344,8 +367,9 @@ _RANGE_K_LOOP = """// K range of this CTA: the blockIdx.z-th of gridDim.z ranges
     const int k_end = min(K, k_begin + k_range);
     for (int kc = k_begin + wk * K_CHUNK; kc < k_end; kc += K_STRIDE) {"""
 
-# One CTA per tile: K-warps 1.. park their partials, K-warp 0 adds them in order and stores the tile.
-_EPILOGUE = """    float v[MI][NI][4];
+# One CTA per tile: K-warps 1.. park their partials, K-warp 0 adds them in order and stores the tile (or, stage_c,
+# writes it to shared memory, from where the whole block stores it).
+_EPILOGUE = string.Template("""    float v[MI][NI][4];
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -363,17 +387,21 @@ _EPILOGUE = """    float v[MI][NI][4];
                     for (int r = 0; r < 4; ++r) parked[wk - 1][wmn][(mi * NI + ni) * 4 + r][lane] = v[mi][ni][r];
         }
         __syncthreads();
-        if (wk > 0) return;
-        for (int w = 0; w < WARPS_K - 1; ++w)
+$add_parked    }
+
+$store""")
+# K-warp 0 adds the parked partials in order 1, 2, ... (deterministic).
+_ADD_PARKED = """        for (int w = 0; w < WARPS_K - 1; ++w)
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) v[mi][ni][r] += parked[w][wmn][(mi * NI + ni) * 4 + r][lane];
-    }
-
-    const bool vec = vec_store != 0;
+"""
+_STORE_PAIRS = {  # K-warp 0 alone stores its fragments: the others leave once they have parked theirs
+    "add_parked": "        if (wk > 0) return;\n" + _ADD_PARKED,
+    "store": """    const bool vec = vec_store != 0;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
         const int row = row_a + mi * 16;
@@ -384,6 +412,47 @@ _EPILOGUE = """    float v[MI][NI][4];
             store_pair(C, M, N, vec, row + 8, col, v[mi][ni][2], v[mi][ni][3]);
         }
     }
+""",
+}
+_STORE_STAGED = {  # every K-warp stays: the whole block stores the staged tile
+    "add_parked": "        if (wk == 0) {\n" + textwrap.indent(_ADD_PARKED, "    ") + "        }\n",
+    "store": """    // K-warp 0 writes the tile's halves to shared memory; after a barrier every thread stores 16-byte row chunks.
+    __shared__ __align__(16) half c_tile[BM][BN + C_PAD];
+    if (wk == 0) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int r = wm * WARP_M + mi * 16 + g, c = wn * WARP_N + ni * 8 + 2 * t;
+                *reinterpret_cast<half2*>(&c_tile[r][c]) = __floats2half2_rn(v[mi][ni][0], v[mi][ni][1]);
+                *reinterpret_cast<half2*>(&c_tile[r + 8][c]) = __floats2half2_rn(v[mi][ni][2], v[mi][ni][3]);
+            }
+    }
+    __syncthreads();
+    store_tile(C, M, N, c_tile);
+""",
+}
+
+# stage_c: the staged tile's store, chunk by chunk.
+_STORE_TILE = """\
+// Store the staged tile: chunk c (8 halves) of row c / (BN / 8), consecutive chunks on consecutive threads. One
+// 16-byte store where N % 8 == 0 and C is 16-byte aligned (a chunk then lies wholly inside or outside N), else half by
+// half; nothing outside M x N is written.
+__device__ __forceinline__ void store_tile(half* __restrict__ C, int M, int N, const half (*tile)[BN + C_PAD]) {
+    const bool vec16 = N % 8 == 0 && reinterpret_cast<uintptr_t>(C) % 16 == 0;
+    for (int c = (int)threadIdx.x; c < BM * BN / 8; c += THREADS) {
+        const int r = c / (BN / 8), j = c % (BN / 8) * 8;
+        const int row = blockIdx.y * BM + r, col = blockIdx.x * BN + j;
+        if (row >= M || col >= N) continue;
+        half* p = C + (size_t)row * (size_t)N + col;
+        if (vec16) {
+            *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(&tile[r][j]);
+        } else {
+            for (int e = 0; e < 8 && col + e < N; ++e) p[e] = tile[r][j + e];
+        }
+    }
+}
+
 """
 
 # Where the pair e of a parked tile belongs in C: the parked layout's inverse (configs whose K-warps all park).

@@ -28,6 +28,11 @@ GRID_8 = cfg(bm=16, bn=32, warps_m=1, warps_n=2, warps_k=4, grid_k=8)
 GRID_2_CLUSTER_4 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=2, cluster_k=4, grid_k=2)
 # GRID_8 with spread: where the grid fits the GPU at once, all 8 groups wait for one another and each sums an eighth.
 SPREAD_8 = replace(GRID_8, spread=True)
+# The C tile stored through shared memory in 16-byte row chunks: the default (2 K-warps, both store), a 64x128 tile of
+# 8 warps (the widest rows), and a 16x8 tile (one chunk per row) over 16 K-warps.
+STAGED = [cfg(stage_c=True),
+          cfg(bm=64, bn=128, warps_m=2, warps_n=4, warps_k=1, k_unroll=4, stage_c=True),
+          cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=16, stage_c=True)]
 
 # The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); a 16x8 tile (one mma per k-step)
 # over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's
@@ -207,6 +212,29 @@ def test_the_emulator_catches_a_broken_spread(tmp_path, old, what):
                               source=source.replace(old, ""))
 
 
+def test_stage_c_stores_the_tile_through_shared_memory_only_for_its_configs():
+    source = FAMILY.render(STAGED[0])
+    for text in ("__shared__ __align__(16) half c_tile[BM][BN + C_PAD];", "store_tile(C, M, N, c_tile);",
+                 "constexpr int C_PAD = 8;", "*reinterpret_cast<uint4*>(p) = ", "if (wk == 0) {", "stage_c     = True"):
+        assert text in source, text
+    assert "if (wk > 0) return;" not in source  # every K-warp stays for the block's store
+    assert "c_tile" not in FAMILY.render(DEFAULT) and "if (wk > 0) return;" in FAMILY.render(DEFAULT)
+    assert config_name(FAMILY, STAGED[0]).endswith("-stage_c1")
+    assert STAGED[0].stage_smem_bytes == 32 * (64 + 8) * 2 and DEFAULT.stage_smem_bytes == 0
+    assert "cluster_k and grid_k" in FAMILY.prune(replace(GRID_8, stage_c=True), "sm_90a")
+    # 4 K-warps of a 64x64 tile park 48 KiB: with the staged tile on top, over the static limit.
+    assert "staged 64x64 C tile" in FAMILY.prune(cfg(bm=64, bn=64, warps_m=2, warps_n=2, warps_k=4, stage_c=True),
+                                                 "sm_90a")
+
+
+@pytest.mark.nvcc
+def test_stage_c_is_correct_in_the_cpu_emulator(tmp_path):
+    # The odd shapes include N % 8 != 0, a misaligned C (offsets 1, 8, 1) and M, N not multiples of the tile: the
+    # half-by-half path and the edges; 1x40x24 and 16x24x1000 (N % 8 == 0, C aligned) take the 16-byte path.
+    family_checks.compile_sample(FAMILY, STAGED, tmp_path / "build")
+    family_checks.emulate_many(FAMILY, STAGED, tmp_path)
+
+
 @pytest.mark.nvcc
 def test_grid_k_with_more_tiles_than_tickets_runs_as_one_group(tmp_path):
     # The same source with 4 tickets: shapes of more than 4 tiles take the one-group path (no workspace).
@@ -228,8 +256,9 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8],
-                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}-{c.acc.value}")
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED],
+                         ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}"
+                                       f"-t{int(c.stage_c)}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
