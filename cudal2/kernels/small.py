@@ -29,8 +29,8 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 wait on each other for ever here (not only sum wrongly), so they must never overlap.
     stage_c     (one CTA per tile) the tile goes to C through shared memory: K-warp 0 writes its halves there,
                 then every thread of the block stores 16-byte row chunks (512 contiguous bytes per warp store)
-                instead of the fragments' 4-byte pairs (8 rows x 16 bytes per warp store), for the wide outputs of a
-                short K, whose time is the stores' and the loads' latency
+                instead of the fragments' 4-byte pairs (8 rows x 16 bytes per warp store): for the wide outputs of a
+                short K, where storing C is most of the work (whether it pays is for the GPU to show)
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
 """
