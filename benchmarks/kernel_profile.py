@@ -34,7 +34,7 @@ from cudal2.sandbox.compiler import compile_source
 from cudal2.sandbox.evaluator import default_cache_dir, source_hash
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.store import ResultStore
-from cudal2.sandbox.types import Mode, Status, Task
+from cudal2.sandbox.types import Mode, ShapeResult, Status, Task
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER_SRC = ROOT / "benchmarks" / "kernel_profile.cu"
@@ -113,7 +113,7 @@ def source_title(source: str) -> str:
     return next((line for line in lines if line.startswith("Config ")), lines[0] if lines else "")
 
 
-def _replay(result) -> tuple[float, float]:
+def _replay(result: ShapeResult) -> tuple[float, float]:
     return result.timings["candidate"].median_us, result.timings["cublas"].median_us
 
 
