@@ -569,10 +569,11 @@ SERIAL_STEP_US = 1.0
 LAST_ARRIVAL_US = CLUSTER_SYNC_US + 2.0
 # The reading SM takes the tile's partials at one SM's L2 bandwidth (~64 B per clock at ~1.9 GHz; not fitted), so a
 # large tile cut many ways costs its last CTA microseconds. Spread (the small family's grid_k with spread): every CTA
-# of the tile waits for the last arrival (one more L2 round trip of polling, a guess) and reads a 1/splits share of
-# each partial, so no one SM reads them all.
+# of the tile waits for the last arrival and reads a 1/splits share of each partial, so no one SM reads them all; the
+# cooperative launch and the wait cost ~1.5 us more than the last arrival's ticket (graph_gap.cu on an H100: spread
+# wait +2.27 us over a cooperative empty launch, itself +0.20 over a plain one, against +1.00 for the ticket).
 SM_L2_BYTES_PER_US = 0.12e6
-SPREAD_WAIT_US = 0.5
+SPREAD_WAIT_US = 1.5
 
 
 def estimate_us(t: Tiling, task: Task, sms: int) -> float:
