@@ -110,6 +110,12 @@ class SmallConfig:
         return (self.warps_k - 1) * self.bm * self.bn * 4
 
     @property
+    def shares_sum(self) -> bool:
+        """Whether spread takes effect: it shares out the sum of grid_k's groups, so only with grid_k > 1 (prune
+        refuses spread without it)."""
+        return self.spread and self.grid_k > 1
+
+    @property
     def stage_smem_bytes(self) -> int:
         """Shared memory of the staged C tile (stage_c): BM rows of BN + C_PAD halves."""
         return self.bm * (self.bn + C_PAD) * 2 if self.stage_c else 0
@@ -199,7 +205,7 @@ class SmallFamily:
         # warps_k warp groups each take k_unroll 32-wide K steps per batch.
         return Tiling(cfg.bm, cfg.bn, 32 * cfg.k_unroll * cfg.warps_k, cfg.cluster_k * cfg.grid_k,
                       cluster_reduce=cfg.cluster_k > 1 and cfg.grid_k == 1, last_arrival=cfg.grid_k > 1,
-                      spread=cfg.spread and cfg.grid_k > 1)
+                      spread=cfg.shares_sum)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[SmallConfig]:
         """No config: one lean launch, with no tile or split-K choice that cuBLASLt's algorithms map onto."""
@@ -220,7 +226,7 @@ class SmallFamily:
 def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
     cluster, grid, parked = cfg.cluster_k > 1, cfg.grid_k > 1, cfg.parks_all
-    spread = grid and cfg.spread
+    spread = cfg.shares_sum
     design = f"""\
 Config {config_name(family, cfg)}
 {cuda_parts.config_lines(cfg)}
@@ -341,7 +347,7 @@ def _k_reduction_text(cfg: SmallConfig) -> str:
   and, through thread 0, takes the ticket of (tile, its rank) in the library's own device memory. The CTA that
   draws the last of the {cfg.grid_k} tickets resets it to zero, fences, and adds the {cfg.grid_k} groups' sums in order
   0, 1, ... (deterministic: the same order whichever group arrives last) and stores them. The others exit.""" + (
-        _SPREAD_TEXT.format(g=cfg.grid_k) if cfg.spread else "")
+        _SPREAD_TEXT.format(g=cfg.grid_k) if cfg.shares_sum else "")
 
 
 _SPREAD_TEXT = """
@@ -570,7 +576,7 @@ def _parked_epilogue(cfg: SmallConfig) -> str:
     const int tiles = (int)(gridDim.x * gridDim.y), tile = (int)(blockIdx.y * gridDim.x + blockIdx.x);
 """
     parts["sum_setup"] = setup + parts["sum_setup"]
-    parts["after"] += _LAST_ARRIVAL.substitute(_MEET_SPREAD if cfg.spread else _MEET_LAST)
+    parts["after"] += _LAST_ARRIVAL.substitute(_MEET_SPREAD if cfg.shares_sum else _MEET_LAST)
     return _PARKED_EPILOGUE.substitute(parts, finish=_GROUP_SUM)
 
 
@@ -689,7 +695,7 @@ def _parked_launch(cfg: SmallConfig) -> str:
     opt_in = cuda_parts.non_portable_opt_in("small_hgemm_kernel<kLoad>", "CLUSTER_K") \
         if cfg.cluster_k > MAX_PORTABLE_CLUSTER else ""
     grid = cfg.grid_k > 1
-    spread = grid and cfg.spread  # (prune: no cluster)
+    spread = cfg.shares_sum  # (prune: no cluster)
     attr = _CLUSTER_ATTR if cfg.cluster_k > 1 else _COOPERATIVE_ATTR if spread else ""
     launch = _PARKED_LAUNCH.substitute(ws_param=" float2* ws," if grid else "",
                                        ws_arg=(", ws, spread" if spread else ", ws") if grid else "",
