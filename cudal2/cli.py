@@ -1,6 +1,6 @@
 """`cudal2` command line.
 
-    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|server|wallclock]
+    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|cold|server|wallclock]
                 [--target-qps N] [--compile-only] [--json] [--gpu ID] [--db PATH] [--fresh]
     cudal2 baseline --mnk 64_4096_64 [--mnk ...] [--acc ...] [--mode ...] [--json] [--gpu ID]
     cudal2 explain [--library DIR] (--mnk 128_4096_4096 [--bias] | --model Llama-3-8B [--tokens 1,16]) ...
@@ -97,12 +97,12 @@ def _add_remeasure_parser(sub) -> None:
     from cudal2.remeasure import RemeasureRequest
 
     d = RemeasureRequest(None)
-    rm = sub.add_parser("remeasure", help="time the best verified offline kernels again in server, wallclock or "
-                                          "confirm mode (confirm: offline once more, free of the search's selection)")
+    rm = sub.add_parser("remeasure", help="time the best verified offline kernels again in server, wallclock, "
+                                          "confirm (offline once more, free of the search's selection) or cold mode")
     rm.add_argument("--shapes", default=None, help="shape CSV, optionally :train or :heldout (data/grid.csv:heldout)")
     rm.add_argument("--mnk", action="append", default=[], help="shape M_N_K (repeatable)")
     rm.add_argument("--mode", required=True, choices=[m.value for m in Mode],
-                    help="server, wallclock or confirm (offline results are what is remeasured)")
+                    help="server, wallclock, confirm or cold (offline results are what is remeasured)")
     rm.add_argument("--acc", default=d.acc.value, choices=[a.value for a in Acc], help="accumulation for --mnk shapes")
     rm.add_argument("--top", type=int, default=d.top, help="offline kernels per shape, fastest first")
     rm.add_argument("--db", default=None, help=f"result store (default {default_db_path()})")

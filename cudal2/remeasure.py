@@ -1,7 +1,7 @@
-"""`cudal2 remeasure`: time the best verified offline kernels of a shape set again in another mode (server or
-wallclock), so that the leaderboard (`cudal2 report --mode ...`) has those figures too; or in confirm mode (the
-offline method in a new evaluation, stored apart), so that the leaderboard's figure of a shape is not the fastest of
-many noisy measurements (see Mode).
+"""`cudal2 remeasure`: time the best verified offline kernels of a shape set again in another mode (server,
+wallclock or cold), so that the leaderboard (`cudal2 report --mode ...`) has those figures too; or in confirm mode
+(the offline method in a new evaluation, stored apart), so that the leaderboard's figure of a shape is not the fastest
+of many noisy measurements (see Mode).
 
     shapes (--shapes PATH[:split] / --mnk, those with MNK >= 2^--min-log2-mnk)
         ──► per shape: store.best(offline, this GPU, top N), newest ok results
@@ -76,16 +76,16 @@ class RemeasureRequest:
     def problems(self) -> list[str]:
         return [why for bad, why in (
             (self.mode == Mode.OFFLINE,
-             "--mode offline: offline results are what is remeasured; use server, wallclock or confirm"),
+             "--mode offline: offline results are what is remeasured; use server, wallclock, confirm or cold"),
             (self.top < 1, f"--top {self.top}: must be >= 1"),
             (self.mode == Mode.CONFIRM and self.top != 1,
              f"--top {self.top} with --mode confirm: confirm times each shape's one chosen kernel (--top 1)"),
             (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
             (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0"),
             (self.min_log2_mnk < 0, f"--min-log2-mnk {self.min_log2_mnk}: must be >= 0"),
-            (self.host_cache_twins and self.mode == Mode.CONFIRM,
-             "--host-cache-twins with --mode confirm: a twin's offline time is its kernel's; measure twins in server "
-             "or wallclock mode, where a call's host code is timed")) if bad]
+            (self.host_cache_twins and self.mode.replays,
+             f"--host-cache-twins with --mode {self.mode.value}: a twin's graph-replay time is its kernel's; measure "
+             "twins in server or wallclock mode, where a call's host code is timed")) if bad]
 
 
 @dataclass(frozen=True)

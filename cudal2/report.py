@@ -524,7 +524,7 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
                   "By output size M*N, against torch.matmul / cuBLAS:",
                   _buckets_md(output_size_summaries(entries), "M*N", ("cublas",)),
                   f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
-    if scope.mode in HEADROOM_MODES:
+    if scope.mode.replays:  # graph replay: the bound's floor is a graph node (roofline.py)
         parts += ["#### Headroom", _headroom_md(entries, scope.gpu)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
@@ -537,7 +537,7 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
 # -- headroom ------------------------------------------------------------------------------------------------------
 
 HEADROOM_SHOWN = 10  # shapes listed with the most room between the kernel and the bound
-HEADROOM_MODES = (Mode.OFFLINE, Mode.CONFIRM)  # graph replay: the bound's floor is a graph node (roofline.py)
+
 
 
 @dataclass(frozen=True)
@@ -732,8 +732,8 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
 
 def run(req: ReportRequest) -> str:
     """Make the report; returns what to print (the markdown, or a summary line when it went to --out)."""
-    if req.host_cache_twins and req.mode not in (Mode.SERVER, Mode.WALLCLOCK):
-        raise ReportError(f"--host-cache-twins with --mode {req.mode.value}: a twin's offline time is its kernel's; "
+    if req.host_cache_twins and req.mode.replays:
+        raise ReportError(f"--host-cache-twins with --mode {req.mode.value}: a twin's graph-replay time is its kernel's; "
                           "twins are reported in server or wallclock mode, where a call's host code is timed")
     if req.heatmap is not None:
         require_matplotlib()  # before any work

@@ -5,8 +5,10 @@
 - node_us: one kernel node in CUDA-graph replay, the offline timing's own floor (an empty one-CTA kernel took
   0.541 us per node on the H200: `benchmarks/graph_gap.cu`, RESULTS).
 - compute: the dense fp16 tensor-core peak with fp32 accumulation (the datasheet's figure; no kernel reaches it).
-- memory: A, B and C (fp16, 2 bytes) each moved once between HBM and the SMs at the datasheet's bandwidth. The
-  offline timing rotates input sets larger than L2, so the inputs do come from HBM.
+- memory: A, B and C (fp16, 2 bytes) each moved once between HBM and the SMs at the datasheet's bandwidth. Offline
+  timing rotates at most 32 input sets, so a shape whose sets are under ~L2 / 31 bytes (~1.6 MB on an H200) finds
+  them in L2 instead; the bound still holds there, since such a shape's memory term (< 0.35 us at 4.8 TB/s) is
+  under the node term. Cold mode flushes L2 before each replay, so its inputs always come from HBM.
 
 It is a bound, not a prediction: each term alone is a floor, and a real call pays them partly in sequence (a kernel
 cannot start its stores before its loads). So kernel / bound says how far a kernel is from the floor, and cuBLAS /

@@ -231,6 +231,8 @@ def test_report_with_twins_shows_each_measured_twin_in_its_kernels_place(tmp_pat
     assert "on 2 shapes the figure is the chosen kernel's host_cache twin's" in text and "3/4 shapes" in text
     with pytest.raises(report.ReportError, match="--host-cache-twins with --mode offline"):
         report.run(report.ReportRequest(str(shapes), GPU, Mode.OFFLINE, None, db, None, None, True))
+    with pytest.raises(report.ReportError, match="--host-cache-twins with --mode cold"):
+        report.run(report.ReportRequest(str(shapes), GPU, Mode.COLD, None, db, None, None, True))
 
 
 def _twins_gain():
@@ -317,6 +319,22 @@ def test_confirm_mode_times_the_chosen_kernel_again_and_stores_it_apart(tmp_path
 
 
 @pytest.mark.nvcc
+def test_cold_mode_is_its_own_harness_method_and_stored_apart(tmp_path, fake_gpu):
+    """Cold is a way of timing (the offline replay after an L2 flush): the harness is asked for it by name, and its
+    figures sit beside the offline ones, which stay as they were."""
+    db, h = _tuned_store(tmp_path)
+    summary = remeasure.run(_request(db, Mode.COLD), out=lambda _: None, runner=SIMULATED)
+    assert (summary.measured, summary.statuses) == (2, Counter(ok=2))
+    with ResultStore(db) as s:
+        for t in TWO:
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.COLD).timings["candidate"].median_us == simulated_us(h, t.mnk)
+            assert s.get_result(h, t, FAKE_GPU.label, Mode.OFFLINE).timings["candidate"].median_us == 3.0
+    spec = Evaluator(EvalOptions(mode=Mode.COLD, compile_only=True))._spec(TWO)
+    assert "mode cold" in spec and "mode offline" not in spec
+    assert Mode.COLD.replays and Mode.CONFIRM.replays and not Mode.SERVER.replays and not Mode.WALLCLOCK.replays
+
+
+@pytest.mark.nvcc
 def test_paired_confirm_of_the_large_shapes_only_fills_the_paired_report(tmp_path, fake_gpu):
     """--min-log2-mnk keeps the shapes at or above 2^N; --paired times again a confirm figure without the paired
     speedup, after which `report --estimator paired` scores the shape."""
@@ -359,6 +377,7 @@ def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     ({"budget_s": 0}, "must be positive"),
     ({"compile_workers": -1}, "--jobs -1"),
     ({"mode": Mode.CONFIRM, "host_cache_twins": True}, "--host-cache-twins with --mode confirm"),
+    ({"mode": Mode.COLD, "host_cache_twins": True}, "--host-cache-twins with --mode cold"),
     ({"min_log2_mnk": -1}, "--min-log2-mnk -1: must be >= 0"),
     ({"min_log2_mnk": 19}, "no shape of the set has MNK >= 2\\^19"),  # 64^3 = 2^18
 ])

@@ -41,7 +41,12 @@ class Acc(str, Enum):
 class Mode(str, Enum):
     """How the timed calls are issued.
 
-    offline: back-to-back calls (CUDA-graph replay when the candidate is capture-safe), rotating input sets.
+    offline: back-to-back calls (CUDA-graph replay when the candidate is capture-safe) over rotating input sets,
+        at most 32: a shape whose 32 sets fit in L2 (2(MK + KN + MN) under ~L2 / 31 bytes, ~1.6 MB on an H200)
+        finds its inputs in L2 when their turn comes again. The mode the targets and the reward are defined in.
+    cold: the offline replay after an L2 flush (outside the timed window), so every call of it reads inputs that
+        no call since the flush has touched: the same figure as offline where the sets exceed L2, a colder one
+        for small shapes. Reported beside offline; `cudal2 remeasure --mode cold`.
     server: the L2 is flushed before each call and calls arrive as a Poisson process; P50/P99 latency.
     wallclock: CUDA-L2's method, kept only to compare with its published tables: host wall clock around one plain
         call and a stream synchronisation, the same inputs every call (warm L2), launch overhead included. It
@@ -56,11 +61,17 @@ class Mode(str, Enum):
     SERVER = "server"
     WALLCLOCK = "wallclock"
     CONFIRM = "confirm"
+    COLD = "cold"
 
     @property
     def method(self) -> Mode:
         """How the harness times the calls: confirm re-runs the offline method."""
         return Mode.OFFLINE if self is Mode.CONFIRM else self
+
+    @property
+    def replays(self) -> bool:
+        """Timed as CUDA-graph replays: device time only, the host code of a call is not in the figure."""
+        return self.method in (Mode.OFFLINE, Mode.COLD)
 
 
 class Status(str, Enum):

@@ -133,8 +133,18 @@ def test_wallclock_mode_times_plain_calls_and_still_reverifies():
     assert_paired(res)
 
 
+def test_cold_mode_replays_the_graph_after_a_flush_and_still_reverifies():
+    """Cold mode is the offline replay after an L2 flush: graph-timed, every check, every baseline, paired figures."""
+    opts = EvalOptions(fresh=True, mode=Mode.COLD, target_ms=10, warmup_ms=2, min_reps=20, max_reps=40)
+    res = Evaluator(opts).evaluate(LEGIT, [Task(64, 64, 64)]).shapes[0]
+    assert res.status == Status.OK, res.reason
+    assert res.graph is True and any(c.startswith("timed-call re-verification (32 sets)") for c in res.checks)
+    assert res.timings["candidate"].reps >= 20 and res.speedup("cublas") > 0
+    assert {"cublaslt_heuristic", "cublaslt_autotuned"} <= set(res.timings)
+    assert_paired(res)
 
-@pytest.mark.parametrize("mode", [Mode.OFFLINE, Mode.SERVER, Mode.WALLCLOCK])
+
+@pytest.mark.parametrize("mode", [Mode.OFFLINE, Mode.COLD, Mode.SERVER, Mode.WALLCLOCK])
 def test_pdl_is_allowed_inside_a_call_and_rejected_between_calls_in_every_mode(mode):
     """cuBLAS's split-K launches its reduction with PDL inside one call; a kernel launched with PDL after the previous
     call's kernel overlaps the calls. Server and wall-clock time plain calls, so the harness captures them to check."""
