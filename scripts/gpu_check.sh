@@ -45,7 +45,7 @@
 #           over the grid, then GRID_MINUTES (default 5) of `cudal2 tune --strategy transfer` over it, then WORST_ROUNDS (default 0) rounds of WORST_MINUTES (3) evolutionary search on
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (=grid, =FILE) re-times the tuned sample's (the
-#           grid's, a shape CSV's) best kernels in REMEASURE_MODES (default "server wallclock"; REMEASURE_MINUTES each, default: to
+#           grid's, a shape CSV's) best kernels in REMEASURE_MODES (default "server wallclock"; cold too; REMEASURE_MINUTES each, default: to
 #           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each;
 #           only the shapes with MNK >= 2^CONFIRM_MIN_LOG2_MNK (0); CONFIRM_PAIRED=1: also those whose confirm figure has no
 #           paired speedup, and a report by the paired estimator too; RANK=speedup: the kernels chosen by their speedup
