@@ -314,7 +314,10 @@ def test_headroom_section_in_offline_and_confirm_reports_only(entries, db):
     assert "| < 2^24 | 2 | 1.848x | 3.697x | 2.000x | 53% |" in text
     assert "| small: MNK < 2^27 | >= 2.00x | 2.000x | 3.697x |" in text
     assert "| 64 | 64 | 64 | 1.00 | 4.00 | 0.54 | launch | 1.848x | 7.394x |" in text
+    assert "on 3 of these 4 shapes (32 x 2(MK + KN + MN) bytes within the 60 MB L2) the inputs are still in L2" in text
     assert "#### Headroom" in render(ReportScope("fixture.csv", GPU, Mode.CONFIRM, db), entries)
+    cold = render(ReportScope("fixture.csv", GPU, Mode.COLD, db), entries)
+    assert "#### Headroom" in cold and "still in L2" not in cold  # cold mode flushes: no shape finds its inputs
     assert "#### Headroom" not in render(ReportScope("fixture.csv", GPU, Mode.SERVER, db), entries)
     other = render(ReportScope("fixture.csv", "NVIDIA A100-SXM4-80GB (sm_80)", Mode.OFFLINE, db), entries)
     assert "#### Headroom\n\nNo bound for NVIDIA A100-SXM4-80GB (sm_80): `cudal2/roofline.py` has figures for" in other

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from cudal2.roofline import FIGURES, Limit, bound, figures_for
+from cudal2.roofline import FIGURES, OFFLINE_MAX_SETS, Limit, bound, figures_for, offline_inputs_in_l2
 from cudal2.sandbox.types import Acc, Task
 
 H200 = figures_for("NVIDIA H200 (sm_90a)")
@@ -33,3 +35,19 @@ def test_gpu_labels_match_the_most_specific_figures():
     assert figures_for("NVIDIA A100-SXM4-80GB (sm_80)") is None
     names = [f.name for f in FIGURES]
     assert names.index("H100 PCIe") < names.index("H100")  # else "H100" would match a PCIe card first
+
+
+@pytest.mark.parametrize(("m", "n", "k", "in_l2"), [
+    (64, 64, 64, True),  # 24 KiB a set: 32 sets are 768 KiB of the H200's 60 MB
+    (512, 512, 512, True),  # 1.5 MiB a set: 48 MiB for 32
+    (1024, 1024, 64, False),  # 2.25 MiB a set: 72 MiB, over the L2
+    (4096, 4096, 4096, False),
+])
+def test_offline_inputs_in_l2_by_hand(m, n, k, in_l2):
+    assert offline_inputs_in_l2(Task(m, n, k, Acc.FP32), H200) is in_l2
+
+
+def test_offline_set_count_is_the_harness_s():
+    """The rule above holds only while the harness rotates at most OFFLINE_MAX_SETS sets."""
+    harness = (Path(__file__).parents[1] / "cudal2" / "sandbox" / "harness" / "harness.cu").read_text()
+    assert f"max_sets = {OFFLINE_MAX_SETS};" in harness

@@ -42,8 +42,9 @@ class Mode(str, Enum):
     """How the timed calls are issued.
 
     offline: back-to-back calls (CUDA-graph replay when the candidate is capture-safe) over rotating input sets,
-        at most 32: a shape whose 32 sets fit in L2 (2(MK + KN + MN) under ~L2 / 31 bytes, ~1.6 MB on an H200)
-        finds its inputs in L2 when their turn comes again. The mode the targets and the reward are defined in.
+        at most 32: a shape whose 32 sets fit in L2 (2(MK + KN + MN) under ~L2 / 31 bytes, ~2 MB with the H200's
+        60 MB L2) finds its inputs in L2 when their turn comes again. The mode the targets and the reward are
+        defined in.
     cold: the offline replay after an L2 flush (outside the timed window), so every call of it reads inputs that
         no call since the flush has touched: the same figure as offline where the sets exceed L2, a colder one
         for small shapes. Reported beside offline; `cudal2 remeasure --mode cold`.
