@@ -1,7 +1,8 @@
 """`cudal2` command line.
 
-    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16] [--mode offline|cold|server|wallclock]
-                [--target-qps N] [--compile-only] [--json] [--gpu ID] [--db PATH] [--fresh]
+    cudal2 eval FILE.cu [FILE.cu ...] --mnk 64_4096_64 [--mnk ...] [--acc fp32|fp16]
+                [--mode offline|cold|server|wallclock] [--target-qps N] [--compile-only] [--json] [--gpu ID]
+                [--db PATH] [--fresh]
     cudal2 baseline --mnk 64_4096_64 [--mnk ...] [--acc ...] [--mode ...] [--json] [--gpu ID]
     cudal2 explain [--library DIR] (--mnk 128_4096_4096 [--bias] | --model Llama-3-8B [--tokens 1,16]) ...
 

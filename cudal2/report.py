@@ -539,7 +539,6 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
 HEADROOM_SHOWN = 10  # shapes listed with the most room between the kernel and the bound
 
 
-
 @dataclass(frozen=True)
 class Headroom:
     """One verified shape against the GPU's bound: its kernel's and cuBLAS's median times, microseconds."""
@@ -738,8 +737,8 @@ def _write(path: Path, write: Callable[[Path], object]) -> None:
 def run(req: ReportRequest) -> str:
     """Make the report; returns what to print (the markdown, or a summary line when it went to --out)."""
     if req.host_cache_twins and req.mode.replays:
-        raise ReportError(f"--host-cache-twins with --mode {req.mode.value}: a twin's graph-replay time is its kernel's; "
-                          "twins are reported in server or wallclock mode, where a call's host code is timed")
+        raise ReportError(f"--host-cache-twins with --mode {req.mode.value}: a twin's graph-replay time is its "
+                          "kernel's; twins are reported in server or wallclock mode, where a call's host code is timed")
     if req.heatmap is not None:
         require_matplotlib()  # before any work
     rows = load_rows(req.shapes, req.acc)

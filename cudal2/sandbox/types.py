@@ -46,8 +46,8 @@ class Mode(str, Enum):
         60 MB L2) finds its inputs in L2 when their turn comes again. The mode the targets and the reward are
         defined in.
     cold: the offline replay after an L2 flush (outside the timed window), so every call of it reads inputs that
-        no call since the flush has touched: the same figure as offline where the sets exceed L2, a colder one
-        for small shapes. Reported beside offline; `cudal2 remeasure --mode cold`.
+        no call since the flush has touched: close to offline where the sets exceed L2 (the flush leaves dirty
+        lines to write back), colder for small shapes. Reported beside offline; `cudal2 remeasure --mode cold`.
     server: the L2 is flushed before each call and calls arrive as a Poisson process; P50/P99 latency.
     wallclock: CUDA-L2's method, kept only to compare with its published tables: host wall clock around one plain
         call and a stream synchronisation, the same inputs every call (warm L2), launch overhead included. It
