@@ -24,6 +24,7 @@ from pathlib import Path
 from cudal2.data import BadShapeFile, load_shapes
 from cudal2.sandbox.evaluator import EvalOptions
 from cudal2.sandbox.gpu import detect_gpu
+from cudal2.sandbox.types import Mode
 
 
 @dataclass
@@ -47,6 +48,9 @@ class PoolArgs:
     compile_only: bool = False  # no GPU evaluation: reward from compile success and ptxas figures
     db: str = ""  # result store; "" = the default path
     eval_target_ms: float = 50.0  # timing budget per kernel per shape (ms)
+    # How the reward times a candidate: offline (CUDA-graph replay; the targets' mode, where a small shape's 32
+    # rotating input sets stay in L2) or cold (the same replay after an L2 flush: inputs from DRAM).
+    eval_mode: str = "offline"
     heldout_every: int = 0  # steps between held-out evaluations (best-of-n speedup, correctness); 0 = off
     heldout_samples: int = 4  # completions per held-out shape
     resume: bool = False  # continue from the last checkpoint in output_dir
@@ -102,14 +106,28 @@ def place_trainer(argv: list[str]) -> str | None:
     return trainer
 
 
+REWARD_MODES = (Mode.OFFLINE, Mode.COLD)  # graph-replayed: device time per call, steady enough for a reward
+
+
+def reward_mode(args: PoolArgs) -> Mode:
+    """The timing mode eval_mode names; ValueError (a one-line error in main) for any other."""
+    mode = next((m for m in REWARD_MODES if m.value == args.eval_mode), None)
+    if mode is None:
+        raise ValueError(f"eval_mode {args.eval_mode!r}: one of {', '.join(m.value for m in REWARD_MODES)}")
+    if args.pool_server and mode is not Mode.OFFLINE:
+        raise ValueError(f"eval_mode {mode.value} with pool_server: a shared pool times in its own (offline) mode")
+    return mode
+
+
 def make_pool(args: PoolArgs):
     """A SandboxPool (or a client of a shared one) for the reward."""
     from cudal2.sandbox.pool import Backend, PoolConfig, SandboxPool
     from cudal2.sandbox.pool.server import PoolClient
 
+    mode = reward_mode(args)
     if args.pool_server:
         return PoolClient(Path(args.pool_server))
-    options = EvalOptions(compile_only=args.compile_only, target_ms=args.eval_target_ms)
+    options = EvalOptions(compile_only=args.compile_only, target_ms=args.eval_target_ms, mode=mode)
     cfg = PoolConfig(backend=Backend(args.pool_backend), gpus=_gpus(args.pool_gpus), db_path=args.db or None,
                      eval=options)
     return SandboxPool(cfg)
@@ -156,6 +174,7 @@ def train(data: DataArgs, pool_args: PoolArgs, policy_cfg, reward_cfg, grpo) -> 
     from cudal2.policy.model import load_policy
     from cudal2.sandbox.store import ResultStore
 
+    reward_mode(pool_args)  # a bad eval_mode fails before the model loads
     rows = load_shapes(data.shapes, data.train_split)
     if not rows:
         raise BadShapeFile(f"{data.shapes}: no rows in split {data.train_split!r}")

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 import train  # noqa: E402
+from cudal2.sandbox.types import Mode  # noqa: E402
 from tests.sandbox.corpus import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.nvcc
@@ -67,6 +68,8 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path, tiny_path):
     (["--shapes", "/no/such.csv"], "cannot read"),
     (["--model", "/no/such/model"], "/no/such/model"),
     (["--speed_form", "cubic"], "speed_form"),
+    (["--eval_mode", "server"], "eval_mode 'server': one of offline, cold"),
+    (["--eval_mode", "cold", "--pool_server", "/no/such/state.json"], "eval_mode cold with pool_server"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, tiny_path, capsys, extra, message):
     assert run(tmp_path, tiny_path, *extra) == 2
@@ -105,3 +108,14 @@ def test_trainer_placement_leaves_a_launchers_choice(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert train.place_trainer(["--pool_gpus", "0"]) is None
     assert train.os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_the_reward_pool_times_in_the_eval_mode_named(tmp_path):
+    """eval_mode cold reaches the pool's evaluator options (offline by default); the pool runs no GPU work here."""
+    for name, mode in (("offline", Mode.OFFLINE), ("cold", Mode.COLD)):
+        pool = train.make_pool(train.PoolArgs(pool_gpus="none", compile_only=True, db=str(tmp_path / "r.sqlite"),
+                                              eval_mode=name))
+        try:
+            assert pool.config.eval.mode is mode
+        finally:
+            pool.shutdown()
