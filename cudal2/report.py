@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from cudal2.data import BUCKETS, GRID_VALUES, BadShapeFile, ShapeRow, bucket, load_shape_spec, mnk_log2
-from cudal2.roofline import FIGURES, Bound, GpuFigures, bound, figures_for, offline_inputs_in_l2
+from cudal2.roofline import FIGURES, OFFLINE_MAX_SETS, Bound, GpuFigures, bound, figures_for, offline_inputs_in_l2
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.store import GpuLabelError, Rank, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import EVALUATOR_VERSION, Acc, Mode, ShapeResult, Status, Task
@@ -606,11 +606,12 @@ def _headroom_md(entries: Sequence[Entry], gpu_label: str, mode: Mode) -> str:
             f"A, B, C moved once at HBM bandwidth ({gpu.hbm_bytes_per_us / 1e6:.2f} TB/s); median times. "
             "cuBLAS / bound is the largest speedup over cuBLAS any kernel could show; \"share\" is how much of it the "
             "kernels reached, log(speedup) / log(ceiling).")
-    warm = sum(offline_inputs_in_l2(r.entry.task, gpu) for r in rows)
-    if mode.method is Mode.OFFLINE and warm:
-        note += (f" Offline timing rotates at most 32 input sets, so on {warm} of these {len(rows)} shapes (32 x "
-                 f"2(MK + KN + MN) bytes within the {gpu.l2_bytes >> 20} MB L2) the inputs are still in L2 at each "
-                 "call, for cuBLAS as for the kernels; `cudal2 remeasure --mode cold` times them from DRAM.")
+    warm = sum(offline_inputs_in_l2(r.entry.task, gpu) for r in rows) if mode.method is Mode.OFFLINE else 0
+    if warm:
+        note += (f" Offline timing rotates at most {OFFLINE_MAX_SETS} input sets, so on {warm} of these {len(rows)} "
+                 f"shapes ({OFFLINE_MAX_SETS} x 2(MK + KN + MN) bytes within the {gpu.l2_bytes >> 20} MB L2) the "
+                 "inputs are still in L2 at each call, for cuBLAS as for the kernels; `cudal2 remeasure --mode cold` "
+                 "times them from DRAM.")
     groups = [summarise_headroom(name, members) for name, members in by_bucket(rows, lambda r: r.entry.task)]
     table = md_table(["MNK bucket", "shapes", "kernel / bound", "cuBLAS / bound", "speedup vs cuBLAS", "share"],
                      [[g.name, str(g.n), _x(g.kernel_x), _x(g.ceiling), _x(g.speedup), _pct(g.share)] for g in groups])

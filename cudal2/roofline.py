@@ -81,16 +81,19 @@ class Bound:
         return max(terms, key=terms.__getitem__)
 
 
+def set_bytes(task: Task) -> int:
+    """Bytes of one input set, A, B and C: what a call moves at the least, and what offline timing rotates."""
+    return HALF_BYTES * (task.m * task.k + task.k * task.n + task.m * task.n)
+
+
 def bound(task: Task, gpu: GpuFigures) -> Bound:
     """The lower bound on one call of `task` (C[M,N] = A[M,K] @ B[K,N], fp16) on `gpu`."""
-    m, n, k = task.m, task.n, task.k
-    return Bound(gpu.node_us, 2.0 * m * n * k / gpu.tensor_flop_per_us,
-                 HALF_BYTES * (m * k + k * n + m * n) / gpu.hbm_bytes_per_us)
+    return Bound(gpu.node_us, 2.0 * task.m * task.n * task.k / gpu.tensor_flop_per_us,
+                 set_bytes(task) / gpu.hbm_bytes_per_us)
 
 
 def offline_inputs_in_l2(task: Task, gpu: GpuFigures) -> bool:
     """Does offline timing find this shape's inputs in L2? The replay rotates OFFLINE_MAX_SETS sets, so between two
     turns of one set the other 31 pass through L2; when they fit with it, the set is still there (LRU, ignoring
     the L2's two partitions). Cold mode flushes L2 first, so there the answer is always no."""
-    set_bytes = HALF_BYTES * (task.m * task.k + task.k * task.n + task.m * task.n)
-    return OFFLINE_MAX_SETS * set_bytes <= gpu.l2_bytes
+    return OFFLINE_MAX_SETS * set_bytes(task) <= gpu.l2_bytes

@@ -308,7 +308,7 @@ def test_headroom_against_the_h200_bound_by_hand(entries):
     assert large.share is None  # cuBLAS under the bound (the fixture's times are made up): no room to share
 
 
-def test_headroom_section_in_offline_and_confirm_reports_only(entries, db):
+def test_headroom_section_in_replayed_modes_only(entries, db):
     text = render(ReportScope("fixture.csv", GPU, Mode.OFFLINE, db), entries)
     assert text.index("#### Where it loses") < text.index("#### Headroom") < text.index("#### Missing shapes")
     assert "| < 2^24 | 2 | 1.848x | 3.697x | 2.000x | 53% |" in text

@@ -1035,16 +1035,16 @@ static bool timing(Ctx& c, TaskBufs& b, const TaskSpec& t, Outcome& out) {
   // Offline and cold time graph replays of every path. The other modes time plain calls but still capture the
   // candidate's calls once (checks on), so that what its graph shows (no work, PDL between calls) is checked in
   // every mode.
-  bool offline = c.spec.replays();
+  bool replays = c.spec.replays();
   for (Timed& x : ts) {
     bool cand = c.cand && &x == &ts[0];
-    if (!offline && !(cand && c.spec.checks)) continue;
+    if (!replays && !(cand && c.spec.checks)) continue;
     bool empty = false;
     long cross_call = 0;
-    std::string why = capture(c, x, R, offline, empty, cross_call);
+    std::string why = capture(c, x, R, replays, empty, cross_call);
     if (!cand) continue;
     if (c.spec.checks && !(ok = capture_verdict(c, why, empty, cross_call, R, out))) break;
-    out.graph = offline && why.empty();
+    out.graph = replays && why.empty();
   }
   // Before every timed sample (outside the timed window): outputs poisoned, workspace garbage, a few input
   // elements of every set changed. A candidate that keeps results between calls (keyed by pointer, shape or
