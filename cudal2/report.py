@@ -487,8 +487,9 @@ def _coverage_md(entries: Sequence[Entry]) -> str:
     return line
 
 
-def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
-    """The whole report as markdown (pasteable into benchmarks/RESULTS.md)."""
+def render(scope: ReportScope, entries: Sequence[Entry], offline: Sequence[Entry] | None = None) -> str:
+    """The whole report as markdown (pasteable into benchmarks/RESULTS.md). `offline`: the same rows collected
+    offline; for a report in another mode, it adds what the mode changes (section "Against offline")."""
     missing = [e for e in entries if e.result is None]
     unpaired = [e for e in entries if e.unpaired]
     accs = ", ".join(sorted({e.task.acc.value for e in entries}))
@@ -526,6 +527,8 @@ def render(scope: ReportScope, entries: Sequence[Entry]) -> str:
                   f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
     if scope.mode.replays:  # graph replay: the bound's floor is a graph node (roofline.py)
         parts += ["#### Headroom", _headroom_md(entries, scope.gpu, scope.mode)]
+    if offline is not None and scope.mode is not Mode.OFFLINE:
+        parts += ["#### Against offline", _against_offline_md(entries, offline, scope.gpu, scope.mode)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
     if unpaired:
@@ -559,15 +562,16 @@ class Headroom:
         return self.cublas_us / self.bound.us
 
 
+def medians_us(entry: Entry) -> tuple[float, float] | None:
+    """The kernel's and cuBLAS's median times of a verified entry, microseconds; None if either is missing."""
+    timings = entry.result.timings if entry.result is not None else {}
+    cand, cublas = timings.get("candidate"), timings.get("cublas")
+    return (cand.median_us, cublas.median_us) if cand is not None and cublas is not None else None
+
+
 def headrooms(entries: Iterable[Entry], gpu: GpuFigures) -> list[Headroom]:
     """The verified entries that have both a kernel and a cuBLAS median, against `gpu`'s bound."""
-    out = []
-    for e in entries:
-        timings = e.result.timings if e.result is not None else {}
-        cand, cublas = timings.get("candidate"), timings.get("cublas")
-        if cand is not None and cublas is not None:
-            out.append(Headroom(e, bound(e.task, gpu), cand.median_us, cublas.median_us))
-    return out
+    return [Headroom(e, bound(e.task, gpu), *times) for e in entries if (times := medians_us(e)) is not None]
 
 
 @dataclass(frozen=True)
@@ -628,6 +632,67 @@ def _headroom_md(entries: Sequence[Entry], gpu_label: str, mode: Mode) -> str:
     return "\n\n".join([note, table, "The targets against torch.matmul / cuBLAS under their ceilings (a target above "
                           "its ceiling could not be met by any kernel):", targets,
                           f"The {len(most)} shapes with the most room (kernel / bound):", shapes])
+
+
+# -- against offline -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModeShift:
+    """One shape verified offline and in another mode (the same chosen kernel's figures): speedups vs cuBLAS by the
+    report's estimator, median times in microseconds."""
+
+    task: Task
+    speedup_offline: float
+    speedup_mode: float
+    kernel_offline_us: float
+    kernel_mode_us: float
+    cublas_offline_us: float
+    cublas_mode_us: float
+
+
+def mode_shifts(entries: Sequence[Entry], offline: Sequence[Entry]) -> list[ModeShift]:
+    """The shapes of `entries` (one mode) that `offline` (the same rows, offline) also has, both with a speedup over
+    cuBLAS and both medians. Entries pair by shape, so a kernel's host_cache twin pairs with its kernel."""
+    offline_by_task = {e.task: e for e in offline}
+    out = []
+    for e in entries:
+        o = offline_by_task.get(e.task)
+        times, times_offline = medians_us(e), (medians_us(o) if o is not None else None)
+        if times is None or times_offline is None or "cublas" not in e.speedups or "cublas" not in o.speedups:
+            continue
+        out.append(ModeShift(e.task, o.speedups["cublas"], e.speedups["cublas"], times_offline[0], times[0],
+                             times_offline[1], times[1]))
+    return out
+
+
+def _shift_row(name: str, rows: Sequence[ModeShift]) -> list[str]:
+    return [name, str(len(rows)), _x(geomean([r.speedup_offline for r in rows])),
+            _x(geomean([r.speedup_mode for r in rows])),
+            _x(geomean([r.kernel_mode_us / r.kernel_offline_us for r in rows])),
+            _x(geomean([r.cublas_mode_us / r.cublas_offline_us for r in rows]))]
+
+
+def _against_offline_md(entries: Sequence[Entry], offline: Sequence[Entry], gpu_label: str, mode: Mode) -> str:
+    """What the mode changes: per size bucket, the speedup offline and in `mode` over the same shapes, and how much
+    the mode stretches the kernel's and cuBLAS's times. Where the GPU has figures, also split by whether offline
+    timing finds the inputs in L2 (roofline.offline_inputs_in_l2): cold mode's difference is made there."""
+    rows = mode_shifts(entries, offline)
+    if not rows:
+        return f"No shape verified both offline and in {mode.value} mode."
+    groups = [_shift_row(name, members) for name, members in by_bucket(rows, lambda r: r.task)]
+    gpu = figures_for(gpu_label)
+    if gpu is not None:
+        warm = [r for r in rows if offline_inputs_in_l2(r.task, gpu)]
+        cold = [r for r in rows if not offline_inputs_in_l2(r.task, gpu)]
+        groups += [_shift_row(name, members) for name, members in
+                   ((f"inputs in L2 offline ({OFFLINE_MAX_SETS} sets <= {gpu.l2_bytes >> 20} MB)", warm),
+                    ("inputs not in L2 offline", cold)) if members]
+    note = (f"The same chosen kernel per shape, offline and in {mode.value} mode, over the {len(rows)} shapes verified "
+            "in both: speedups vs torch.matmul / cuBLAS, and each side's median time in this mode over its offline "
+            "median (> 1: slower in this mode).")
+    return "\n\n".join([note, md_table(["group", "shapes", "speedup offline", f"speedup {mode.value}",
+                                         "kernel time ratio", "cuBLAS time ratio"], groups)])
 
 
 # -- heatmap -------------------------------------------------------------------------------------------------------
@@ -750,10 +815,12 @@ def run(req: ReportRequest) -> str:
             stored = store.ok_gpus()
             gpu = resolve_gpu(req.gpu or None, getattr(detect_gpu(), "label", None), stored)
             entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator, req.rank)
+            offline = (None if req.mode is Mode.OFFLINE
+                       else collect(rows, store, gpu, Mode.OFFLINE, estimator=req.estimator, rank=req.rank))
     except StoreError as e:
         raise ReportError(str(e)) from None
     twins = sum(e.twin for e in entries) if req.host_cache_twins else None
-    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator, req.rank), entries)
+    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator, req.rank), entries, offline)
     verified = sum(1 for e in entries if e.result is not None)
     lines = []
     if req.heatmap is not None:

@@ -527,3 +527,35 @@ def test_heatmap_of_the_fixture_has_grey_missing_cells(entries, tmp_path):
     grey = (abs(pixels[..., 0] - 0.6) < 0.01) & (abs(pixels[..., 1] - 0.6) < 0.01) & (abs(pixels[..., 2] - 0.6) < 0.01)
     assert grey.any()  # (1024, 1024) has no verified K
     assert not math.isnan(float(pixels.mean()))
+
+
+def test_against_offline_pairs_each_shapes_chosen_kernel_and_splits_by_l2(db):
+    """Cold figures of two chosen kernels: 64^3 (offline 1 us vs cuBLAS 4; cold 2 vs 6) and 4096^3 (100 vs 125; cold
+    110 vs 130). Per group: speedups offline and cold, and the cold / offline time ratios of kernel and cuBLAS. 64^3's
+    32 input sets fit the H200's L2, 4096^3's do not. Shapes without a cold figure are left out."""
+    with ResultStore(db) as s:
+        s.put_result("fast-small", GPU, "cold", result(SMALL.task, 2.0, 6.0))
+        s.put_result("large", GPU, "cold", result(LARGE.task, 110.0, 130.0))
+        cold, offline = collect(ROWS, s, GPU, Mode.COLD), collect(ROWS, s, GPU, Mode.OFFLINE)
+    text = render(ReportScope("fixture.csv", GPU, Mode.COLD, db), cold, offline)
+    section = text[text.index("#### Against offline"):text.index("#### Missing shapes")]
+    assert "over the 2 shapes verified in both" in section
+    for line in ("| < 2^24 | 1 | 4.000x | 3.000x | 2.000x | 1.500x |",
+                 "| >= 2^36 | 1 | 1.250x | 1.182x | 1.100x | 1.040x |",
+                 f"| all | 2 | {math.sqrt(4 * 1.25):.3f}x | {math.sqrt(3 * 130 / 110):.3f}x | "
+                 f"{math.sqrt(2 * 1.1):.3f}x | {math.sqrt(1.5 * 1.04):.3f}x |",
+                 "| inputs in L2 offline (32 sets <= 60 MB) | 1 | 4.000x | 3.000x | 2.000x | 1.500x |",
+                 "| inputs not in L2 offline | 1 | 1.250x | 1.182x | 1.100x | 1.040x |"):
+        assert line in section
+    assert "#### Against offline" not in render(ReportScope("fixture.csv", GPU, Mode.OFFLINE, db), offline, offline)
+    assert "#### Against offline" not in render(ReportScope("fixture.csv", GPU, Mode.COLD, db), cold)
+    nothing = render(ReportScope("fixture.csv", GPU, Mode.SERVER, db), offline[:0], offline)
+    assert "No shape verified both offline and in server mode." in nothing
+
+
+def test_cli_report_in_another_mode_compares_with_offline(capsys, db, shapes_csv):
+    with ResultStore(db) as s:
+        s.put_result("fast-small", GPU, "server", result(SMALL.task, 5.0, 10.0))
+    code, out, err = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--mode", "server")
+    assert code == 0 and err == ""
+    assert "| < 2^24 | 1 | 4.000x | 2.000x | 5.000x | 2.500x |" in out[out.index("#### Against offline"):]
