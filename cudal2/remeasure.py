@@ -3,7 +3,7 @@ wallclock or cold), so that the leaderboard (`cudal2 report --mode ...`) has tho
 (the offline method in a new evaluation, stored apart), so that the leaderboard's figure of a shape is not the fastest
 of many noisy measurements (see Mode).
 
-    shapes (--shapes PATH[:split] / --mnk, those with MNK >= 2^--min-log2-mnk)
+    shapes (--shapes PATH[:split] / --mnk, those with 2^--min-log2-mnk <= MNK < 2^--max-log2-mnk)
         ──► per shape: store.best(offline, this GPU, top N), newest ok results
         ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it (with --paired: unless
             that result is ok but has no paired speedup, timed before the harness reported one)
@@ -72,6 +72,8 @@ class RemeasureRequest:
     # `cudal2 report --estimator paired` covers them.
     paired: bool = False
     rank: Rank = Rank.TIME  # how each shape's offline kernels are ordered (`ResultStore.chosen`)
+    # only the shapes with M*N*K < 2^max_log2_mnk (30: where cold mode differs from offline, roofline.py)
+    max_log2_mnk: int = 64
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
@@ -83,6 +85,8 @@ class RemeasureRequest:
             (self.target_ms <= 0 or self.budget_s <= 0, "--target-ms and --budget-minutes must be positive"),
             (self.compile_workers < 0, f"--jobs {self.compile_workers}: must be >= 0"),
             (self.min_log2_mnk < 0, f"--min-log2-mnk {self.min_log2_mnk}: must be >= 0"),
+            (self.max_log2_mnk <= self.min_log2_mnk,
+             f"--max-log2-mnk {self.max_log2_mnk}: must be above --min-log2-mnk ({self.min_log2_mnk})"),
             (self.host_cache_twins and self.mode.replays,
              f"--host-cache-twins with --mode {self.mode.value}: a twin's graph-replay time is its kernel's; measure "
              "twins in server or wallclock mode, where a call's host code is timed")) if bad]
@@ -248,11 +252,12 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
         raise RemeasureError("; ".join(request.problems()))
     try:
         tasks = [t for t in load_tasks(request.shapes, request.mnks, request.acc.value)
-                 if mnk_log2(t.m, t.n, t.k) >= request.min_log2_mnk]
+                 if request.min_log2_mnk <= mnk_log2(t.m, t.n, t.k) < request.max_log2_mnk]
     except TuneInputError as e:
         raise RemeasureError(str(e)) from None
     if not tasks:
-        raise RemeasureError(f"no shape of the set has MNK >= 2^{request.min_log2_mnk} (--min-log2-mnk)")
+        raise RemeasureError(f"no shape of the set has 2^{request.min_log2_mnk} <= MNK < 2^{request.max_log2_mnk} "
+                             "(--min-log2-mnk, --max-log2-mnk)")
     db = Path(request.db_path) if request.db_path else default_db_path()
     if not db.is_file():
         raise RemeasureError(f"{db}: no result store there (tune or evaluate kernels first, or pass --db)")

@@ -335,6 +335,18 @@ def test_cold_mode_is_its_own_harness_method_and_stored_apart(tmp_path, fake_gpu
 
 
 @pytest.mark.nvcc
+def test_max_log2_mnk_keeps_only_the_shapes_below_it(tmp_path, fake_gpu):
+    """TWO is 64^3 (2^18) and 128^3 (2^21): --max-log2-mnk 21 leaves 64^3 alone in the plan; 128^3 is not even
+    counted as measured or missing, nor is NO_KERNEL (2^24)."""
+    db, h = _tuned_store(tmp_path)
+    summary = remeasure.run(_request(db, Mode.COLD, max_log2_mnk=21), out=lambda _: None, runner=SIMULATED)
+    assert (summary.measured, summary.statuses, summary.plan.without_kernel) == (1, Counter(ok=1), ())
+    with ResultStore(db) as s:
+        assert s.get_result(h, TWO[0], FAKE_GPU.label, Mode.COLD) is not None
+        assert s.get_result(h, TWO[1], FAKE_GPU.label, Mode.COLD) is None
+
+
+@pytest.mark.nvcc
 def test_paired_confirm_of_the_large_shapes_only_fills_the_paired_report(tmp_path, fake_gpu):
     """--min-log2-mnk keeps the shapes at or above 2^N; --paired times again a confirm figure without the paired
     speedup, after which `report --estimator paired` scores the shape."""
@@ -379,7 +391,9 @@ def test_time_budget_leaves_jobs_for_a_rerun(tmp_path, fake_gpu):
     ({"mode": Mode.CONFIRM, "host_cache_twins": True}, "--host-cache-twins with --mode confirm"),
     ({"mode": Mode.COLD, "host_cache_twins": True}, "--host-cache-twins with --mode cold"),
     ({"min_log2_mnk": -1}, "--min-log2-mnk -1: must be >= 0"),
-    ({"min_log2_mnk": 19}, "no shape of the set has MNK >= 2\\^19"),  # 64^3 = 2^18
+    ({"min_log2_mnk": 19}, "no shape of the set has 2\\^19 <= MNK < 2\\^64"),  # 64^3 = 2^18
+    ({"max_log2_mnk": 18}, "no shape of the set has 2\\^0 <= MNK < 2\\^18"),
+    ({"min_log2_mnk": 20, "max_log2_mnk": 20}, "--max-log2-mnk 20: must be above --min-log2-mnk \\(20\\)"),
 ])
 def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
     db, _ = _tuned_store(tmp_path)
@@ -397,6 +411,7 @@ def test_bad_requests_are_refused(tmp_path, fake_gpu, kw, message):
     (["--mnk", "64_64_64", "--mode", "wallclock"], "no CUDA GPU"),  # CUDAL2_NO_GPU: no GPU visible
     (["--mnk", "64_64_64", "--mode", "server", "--db", "/no/such.sqlite"], "no result store"),
     (["--mnk", "64_64_64", "--mode", "confirm", "--min-log2-mnk", "-1"], "--min-log2-mnk -1: must be >= 0"),
+    (["--mnk", "64_64_64", "--mode", "cold", "--max-log2-mnk", "18"], "no shape of the set has 2^0 <= MNK < 2^18"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, argv, message):
     db, _ = _tuned_store(tmp_path)
