@@ -119,6 +119,9 @@ def _add_remeasure_parser(sub) -> None:
     rm.add_argument("--max-log2-mnk", type=int, default=d.max_log2_mnk,
                     help="only the shapes with M*N*K < 2^this (30: the shapes whose offline inputs can sit in L2, "
                          "where cold mode differs)")
+    rm.add_argument("--chosen-on", default=None, metavar="GPU",
+                    help="time the kernels another GPU's offline results chose (its label or a unique part, e.g. "
+                         "h200) on this GPU; `--mode confirm` gives this GPU's offline-method figure of them")
     rm.add_argument("--paired", action="store_true",
                     help="also time again the kernels whose ok result in this mode has no paired speedup (timed "
                          "before the harness reported it), for `cudal2 report --estimator paired`")
@@ -132,7 +135,7 @@ def cmd_remeasure(args) -> int:
     req = remeasure.RemeasureRequest(args.shapes, tuple(args.mnk), Acc(args.acc), Mode(args.mode), args.top, args.db,
                                      args.gpu, args.target_ms, args.budget_minutes * 60, args.jobs,
                                      args.host_cache_twins, args.min_log2_mnk, args.paired, Rank(args.rank),
-                                     args.max_log2_mnk)
+                                     args.max_log2_mnk, args.chosen_on)
     try:
         summary = remeasure.run(req)
     except remeasure.RemeasureError as e:

@@ -4,7 +4,7 @@ wallclock or cold), so that the leaderboard (`cudal2 report --mode ...`) has tho
 of many noisy measurements (see Mode).
 
     shapes (--shapes PATH[:split] / --mnk, those with 2^--min-log2-mnk <= MNK < 2^--max-log2-mnk)
-        ──► per shape: store.best(offline, this GPU, top N), newest ok results
+        ──► per shape: store.best(offline, this GPU or the --chosen-on GPU, top N), newest ok results
         ──► (kernel, shape) already measured in the target mode on this GPU? count it, skip it (with --paired: unless
             that result is ok but has no paired speedup, timed before the harness reported one)
         ──► group by source hash: one job = one kernel on up to MAX_JOB_SHAPES of its shapes
@@ -40,7 +40,7 @@ from cudal2.report import kernel_name
 from cudal2.sandbox.evaluator import EvalOptions
 from cudal2.sandbox.gpu import detect_gpu
 from cudal2.sandbox.pool import PoolConfig, RunnerSpec, SandboxPool
-from cudal2.sandbox.store import Rank, ResultStore, StoreError, default_db_path
+from cudal2.sandbox.store import GpuLabelError, Rank, ResultStore, StoreError, default_db_path, resolve_gpu_label
 from cudal2.sandbox.types import Acc, EvalResult, Mode, Status, Task
 from cudal2.tune import MAX_JOB_SHAPES, TuneInputError, load_tasks, shapes_text
 from cudal2.tune_log import TuneLog
@@ -74,6 +74,10 @@ class RemeasureRequest:
     rank: Rank = Rank.TIME  # how each shape's offline kernels are ordered (`ResultStore.chosen`)
     # only the shapes with M*N*K < 2^max_log2_mnk (30: where cold mode differs from offline, roofline.py)
     max_log2_mnk: int = 64
+    # The GPU (its label, or a unique part: "h200") whose offline results choose the kernels, timed on this GPU: how
+    # another GPU's leaderboard kernels fare here (confirm gives this GPU's offline-method figure of them). None: this
+    # GPU's own choice.
+    chosen_on: str | None = None
 
     def problems(self) -> list[str]:
         return [why for bad, why in (
@@ -113,17 +117,17 @@ class Plan:
 
 def plan(store: ResultStore, tasks: Sequence[Task], gpu_label: str, mode: Mode, top: int = 1,
          twin_of: Callable[[str], Twin | None] | None = None, need_paired: bool = False,
-         rank: Rank = Rank.TIME) -> Plan:
-    """What to measure: the `top` best verified offline kernels per shape on `gpu_label` (with `twin_of`, given a
-    kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in `mode` (with
-    `need_paired`: whose newest result there is not an ok one without the paired speedup), grouped by kernel
-    (first-seen order) in chunks of MAX_JOB_SHAPES."""
+         rank: Rank = Rank.TIME, chosen_on: str | None = None) -> Plan:
+    """What to measure: the `top` best verified offline kernels per shape on `chosen_on` (None: `gpu_label`; with
+    `twin_of`, given a kernel's source hash: their twins instead), less the (kernel, shape) pairs already measured in
+    `mode` on `gpu_label` (with `need_paired`: whose newest result there is not an ok one without the paired
+    speedup), grouped by kernel (first-seen order) in chunks of MAX_JOB_SHAPES."""
     by_kernel: dict[str, list[Task]] = {}
     without_kernel: list[Task] = []
     twins: dict[str, Twin | None] = {}  # chosen kernel's hash -> its twin (looked up once per kernel)
     measured = without_twin = 0
     for task in tasks:
-        best = store.chosen(task, gpu_label, rank, limit=top)
+        best = store.chosen(task, chosen_on or gpu_label, rank, limit=top)
         if not best:
             without_kernel.append(task)
         for h, _ in best:
@@ -267,19 +271,23 @@ def run(request: RemeasureRequest, out: Callable[[str], None] = print,
     try:
         with ResultStore(db) as store, TuneLog(store) as log:
             twin_of = (lambda h: host_cache_twin(log.config_of(h))) if request.host_cache_twins else None
-            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of, request.paired, request.rank)
+            chooser = (gpu.label if request.chosen_on is None
+                       else resolve_gpu_label(store.ok_gpus(), request.chosen_on, None, flag="--chosen-on"))
+            p = plan(store, tasks, gpu.label, request.mode, request.top, twin_of, request.paired, request.rank,
+                     chooser)
             for twin in p.twins:  # as the tuner records what it generates: the source, and the config behind it
                 store.put_source(twin.source_hash, twin.source)
                 log.put_config(twin.source_hash, twin.record)
             # progress lines name a kernel by its tuner config, else by its first comment line
             names = {j.source_hash: getattr(log.config_of(j.source_hash), "name", None) or kernel_name(j.source)
                      or "(unnamed)" for j in p.jobs}
-    except StoreError as e:
+    except (StoreError, GpuLabelError) as e:
         raise RemeasureError(str(e)) from None
     summary = RemeasureSummary(request.mode, gpu.label, p, request.paired)
     kernels = len({j.source_hash for j in p.jobs})
     out(f"{len(tasks)} shapes: {len(p.jobs)} jobs ({kernels} kernels, {sum(len(j.tasks) for j in p.jobs)} "
-        f"(kernel, shape) pairs) to measure in {request.mode.value} mode on {gpu.label}")
+        f"(kernel, shape) pairs) to measure in {request.mode.value} mode on {gpu.label}"
+        + (f", the kernels chosen on {chooser}" if chooser != gpu.label else ""))
     if p.jobs:
         workers = request.compile_workers or os.cpu_count() or 1
         # gpu_queue = workers: compiles may run that far ahead of the GPU, on every core.

@@ -46,7 +46,7 @@
 #           the grid's WORST_SHAPES (40) slowest shapes each followed by another transfer, LLM_MINUTES (default 0)
 #           of transfer onto data/llm_shapes.csv and LLM_FILL_MINUTES (default 0) of fill on them, then REMEASURE=1 (=grid, =FILE) re-times the tuned sample's (the
 #           grid's, a shape CSV's) best kernels with MNK < 2^REMEASURE_MAX_LOG2_MNK (default 64; 30: every shape whose offline
-#           inputs can sit in L2) in REMEASURE_MODES (default "server wallclock"; cold too; REMEASURE_MINUTES each, default: to
+#           inputs can sit in L2), with REMEASURE_CHOSEN_ON (e.g. h200) the kernels that GPU's offline results chose, in REMEASURE_MODES (default "server wallclock"; cold too; REMEASURE_MINUTES each, default: to
 #           the end; a later call goes on where it stopped; REMEASURE_TWINS=1: the sm90 kernels' host_cache twins instead), CONFIRM=1 the chosen kernels of CONFIRM_SETS (data/grid.csv data/llm_shapes.csv) once more offline (CONFIRM_MINUTES, 6 each;
 #           only the shapes with MNK >= 2^CONFIRM_MIN_LOG2_MNK (0); CONFIRM_PAIRED=1: also those whose confirm figure has no
 #           paired speedup, and a report by the paired estimator too; RANK=speedup: the kernels chosen by their speedup
@@ -301,7 +301,7 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     for mode in ${REMEASURE_MODES:-server wallclock}; do
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
         ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" \
-        --max-log2-mnk "${REMEASURE_MAX_LOG2_MNK:-64}" \
+        --max-log2-mnk "${REMEASURE_MAX_LOG2_MNK:-64}" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} \
         2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
         ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" >/dev/null 2>&1 || echo "report sample $mode: exit $?"

@@ -347,6 +347,32 @@ def test_max_log2_mnk_keeps_only_the_shapes_below_it(tmp_path, fake_gpu):
 
 
 @pytest.mark.nvcc
+def test_chosen_on_times_another_gpus_kernels_here(tmp_path, fake_gpu):
+    """The kernel is verified offline only on an A100: this GPU has no choice of its own, so a plain run finds no
+    kernel; with --chosen-on a100 it times the A100's kernels here, stored under this GPU's label. A label no GPU in
+    the store has is refused in one line, naming the option."""
+    other = "NVIDIA A100-SXM4-80GB (sm_80)"
+    source = SmallFamily().render(SmallFamily().default())
+    h = source_hash(source)
+    db = str(tmp_path / "r.sqlite")
+    with ResultStore(db) as s:
+        s.put_source(h, source)
+        for t in TWO:
+            s.put_result(h, other, Mode.OFFLINE, ok_result(t, 3.0, 10.0))
+    plain = remeasure.run(_request(db, Mode.CONFIRM), out=lambda _: None, runner=SIMULATED)
+    assert (plain.measured, plain.stop_reason, plain.plan.without_kernel) == (0, "nothing to measure", (*TWO, NO_KERNEL))
+    lines: list[str] = []
+    summary = remeasure.run(_request(db, Mode.CONFIRM, chosen_on="a100"), out=lines.append, runner=SIMULATED)
+    assert (summary.measured, summary.statuses) == (2, Counter(ok=2))
+    assert lines[0].endswith(f"on {FAKE_GPU.label}, the kernels chosen on {other}")
+    with ResultStore(db) as s:
+        assert all(s.get_result(h, t, FAKE_GPU.label, Mode.CONFIRM).status is Status.OK for t in TWO)
+        assert s.get_result(h, TWO[0], other, Mode.CONFIRM) is None
+    with pytest.raises(RemeasureError, match="--chosen-on 'v100' matches none of the GPUs with results"):
+        remeasure.run(_request(db, Mode.CONFIRM, chosen_on="v100"), out=lambda _: None, runner=SIMULATED)
+
+
+@pytest.mark.nvcc
 def test_paired_confirm_of_the_large_shapes_only_fills_the_paired_report(tmp_path, fake_gpu):
     """--min-log2-mnk keeps the shapes at or above 2^N; --paired times again a confirm figure without the paired
     speedup, after which `report --estimator paired` scores the shape."""

@@ -106,24 +106,25 @@ class GpuLabelError(ValueError):
     """A --gpu choice that names no GPU (or several) with results in the store; one line for the user."""
 
 
-def resolve_gpu_label(stored: list[str], wanted: str | None, machine: str | None) -> str:
+def resolve_gpu_label(stored: list[str], wanted: str | None, machine: str | None, flag: str = "--gpu") -> str:
     """The exact GPU label to read results for, out of `stored` (labels with ok results, `ResultStore.ok_gpus`):
     `wanted` itself or a unique case-insensitive part of one ('h200' -> 'NVIDIA H200 (sm_90a)'); without `wanted`,
-    this machine's GPU (`machine`) if it has results, else the store's only GPU. Raises GpuLabelError."""
+    this machine's GPU (`machine`) if it has results, else the store's only GPU. Raises GpuLabelError, naming the
+    option `flag` that gave `wanted`."""
     if not stored:
         raise GpuLabelError(f"no ok (fully evaluated) results under evaluator {EVALUATOR_VERSION} in the store")
     if wanted is None:
         if machine in stored:
             return machine
         if len(stored) > 1:
-            raise GpuLabelError(f"several GPUs have results, choose one with --gpu: {'; '.join(stored)}")
+            raise GpuLabelError(f"several GPUs have results, choose one with {flag}: {'; '.join(stored)}")
         return stored[0]
     if wanted in stored:
         return wanted
     matches = [label for label in stored if wanted.lower() in label.lower()]
     if len(matches) != 1:
         which = "matches several" if matches else "matches none"
-        raise GpuLabelError(f"--gpu {wanted!r} {which} of the GPUs with results: {'; '.join(matches or stored)}")
+        raise GpuLabelError(f"{flag} {wanted!r} {which} of the GPUs with results: {'; '.join(matches or stored)}")
     return matches[0]
 
 
