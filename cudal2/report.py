@@ -658,8 +658,10 @@ def mode_shifts(entries: Sequence[Entry], offline: Sequence[Entry]) -> list[Mode
     out = []
     for e in entries:
         o = offline_by_task.get(e.task)
-        times, times_offline = medians_us(e), (medians_us(o) if o is not None else None)
-        if times is None or times_offline is None or "cublas" not in e.speedups or "cublas" not in o.speedups:
+        if o is None or "cublas" not in e.speedups or "cublas" not in o.speedups:
+            continue
+        times, times_offline = medians_us(e), medians_us(o)
+        if times is None or times_offline is None:
             continue
         out.append(ModeShift(e.task, o.speedups["cublas"], e.speedups["cublas"], times_offline[0], times[0],
                              times_offline[1], times[1]))
@@ -683,11 +685,11 @@ def _against_offline_md(entries: Sequence[Entry], offline: Sequence[Entry], gpu_
     groups = [_shift_row(name, members) for name, members in by_bucket(rows, lambda r: r.task)]
     gpu = figures_for(gpu_label)
     if gpu is not None:
-        warm = [r for r in rows if offline_inputs_in_l2(r.task, gpu)]
-        cold = [r for r in rows if not offline_inputs_in_l2(r.task, gpu)]
+        in_l2 = {r.task: offline_inputs_in_l2(r.task, gpu) for r in rows}
         groups += [_shift_row(name, members) for name, members in
-                   ((f"inputs in L2 offline ({OFFLINE_MAX_SETS} sets <= {gpu.l2_bytes >> 20} MB)", warm),
-                    ("inputs not in L2 offline", cold)) if members]
+                   ((f"inputs in L2 offline ({OFFLINE_MAX_SETS} sets <= {gpu.l2_bytes >> 20} MB)",
+                     [r for r in rows if in_l2[r.task]]),
+                    ("inputs not in L2 offline", [r for r in rows if not in_l2[r.task]])) if members]
     note = (f"The same chosen kernel per shape, offline and in {mode.value} mode, over the {len(rows)} shapes verified "
             "in both: speedups vs torch.matmul / cuBLAS, and each side's median time in this mode over its offline "
             "median (> 1: slower in this mode).")
