@@ -1,6 +1,7 @@
 // graph_gap.cu: what one node costs in the evaluator's offline timing (CUDA-graph replay of R back-to-back calls).
 // It prices the pieces a kernel design can add to a call: a second kernel (split-K's workspace reduction), a
-// memset node (zeroing split-K counters), a thread-block cluster launch (cluster reduction), the cold-input
+// memset node (zeroing split-K counters), a last-arrival cut with each fence flavour (the small family's grid_k), a
+// thread-block cluster launch (cluster reduction), the cold-input
 // floor of a tiny GEMM call, a cooperative launch whose CTAs wait for one another (the small family's spread), and
 // what the store pattern costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows). No cuBLAS, no cudal2 code: build and run with
 //
@@ -68,6 +69,44 @@ __global__ void spread_kernel(unsigned* counters, unsigned per_counter) {
   }
   __syncthreads();
   if (threadIdx.x == 0 && atomicAdd(counter, 1u) == 2 * per_counter - 1) atomicExch(counter, 0u);
+}
+
+// The fence a cut's protocol uses. Sc: __threadfence() (PTX fence.sc.gpu, what cuda_parts.LAST_ARRIVAL renders);
+// AcqRel: fence.acq_rel.gpu, all that passing a message (partials, then a ticket) needs, as CUTLASS's GenericBarrier
+// does; None: no fence at all (wrong: the last CTA may read stale partials; it prices the fences, nothing else).
+enum class Fence { Sc, AcqRel, None };
+template <Fence F>
+__device__ __forceinline__ void fence_as() {
+  if constexpr (F == Fence::Sc) __threadfence();
+  if constexpr (F == Fence::AcqRel) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
+// A whole last-arrival cut, as the small family's grid_k 16 runs it on a 64x64 output in 16x16 tiles: 256 CTAs of
+// 128 threads, each writes its 1 KiB fp32 partial past L1, fences, draws its tile's ticket; the last of a tile's 16
+// resets it, fences, reads the 16 partials (16 KiB) and writes 512 B of halves. With arrive=false the CTAs only write
+// their partials (the floor the protocol adds to).
+template <Fence F, bool arrive>
+__global__ void cut_kernel(float* work, unsigned* counters, half* out) {
+  const unsigned tile = blockIdx.x / 16;
+  __shared__ int last;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) __stcg(work + blockIdx.x * 256 + i, (float)(i + blockIdx.x));
+  if (!arrive) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_as<F>();
+    last = atomicAdd(&counters[tile], 1u) == 15;
+    if (last) {
+      atomicExch(&counters[tile], 0u);
+      fence_as<F>();
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    float sum = 0.f;
+    for (int r = 0; r < 16; ++r) sum += __ldcg(work + (tile * 16 + r) * 256 + i);
+    out[tile * 256 + i] = __float2half(sum);
+  }
 }
 
 // A 64x64x64 GEMM's memory traffic without its math: one CTA reads 2 x 8 KiB (A and B tiles) and writes 8 KiB.
@@ -172,6 +211,10 @@ int main() {
   CK(cudaMalloc(&sets, SETS * SET_BYTES));
   CK(cudaMemset(sets, 1, SETS * SET_BYTES));
   int full = 2 * sms;  // two CTAs per SM
+  float* work;  // the cut patterns' partials: 256 CTAs x 16x16 fp32
+  CK(cudaMalloc(&work, 256 * 256 * sizeof(float)));
+  half* cut_out;
+  CK(cudaMalloc(&cut_out, 16 * 256 * sizeof(half)));
   struct Pattern {
     const char* name;
     std::function<void(int)> call;
@@ -186,6 +229,10 @@ int main() {
        }},
       {"arrive_8_per_counter", [&](int) { arrive_kernel<<<full, 128, 0, s>>>(counters, 8); }},
       {"last_arrival_8_per_counter", [&](int) { last_arrival_kernel<<<full, 128, 0, s>>>(counters, 8u); }},
+      {"cut_16_partials_only", [&](int) { cut_kernel<Fence::Sc, false><<<256, 128, 0, s>>>(work, counters, cut_out); }},
+      {"cut_16_fence_sc", [&](int) { cut_kernel<Fence::Sc, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
+      {"cut_16_fence_acq_rel", [&](int) { cut_kernel<Fence::AcqRel, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
+      {"cut_16_no_fence", [&](int) { cut_kernel<Fence::None, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
       {"store_2MiB_half2_fragments", [&](int i) {
          store_fragments_kernel<<<dim3(16, 32), 64, 0, s>>>((half2*)(sets + (size_t)(i % SETS) * SET_BYTES));
        }},

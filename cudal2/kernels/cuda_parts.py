@@ -92,8 +92,12 @@ __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
 MAX_TICKETS = 1 << 16
 # The tickets' declaration in a rendered source; cudal2.ops finds the kernels that keep tickets by it.
 TICKETS_DECL = "__device__ unsigned int g_tickets[MAX_TICKETS];"
-LAST_ARRIVAL = """\
-__device__ __forceinline__ void fence_gpu() { __threadfence(); }
+# fence_gpu as rendered: __threadfence() is PTX fence.sc.gpu. The protocols below only pass messages (partials, then
+# a ticket), for which release/acquire at GPU scope is enough (fence.acq_rel.gpu, as CUTLASS's GenericBarrier uses);
+# benchmarks/fence_ab.py times the rendered kernels with one against the other.
+FENCE_GPU_SC = "__device__ __forceinline__ void fence_gpu() { __threadfence(); }\n"
+FENCE_GPU_ACQ_REL = '__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;\\n" ::: "memory"); }\n'
+LAST_ARRIVAL = FENCE_GPU_SC + """\
 // The ticket's value before this arrival; the last of n arrivals reads n - 1.
 __device__ __forceinline__ unsigned int ticket_arrive(unsigned int* ticket) { return atomicAdd(ticket, 1u); }
 // Called by the last arrival only: the ticket is zero again for the next launch (kernels on a stream do not overlap).
