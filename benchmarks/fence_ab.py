@@ -159,16 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     options = EvalOptions(fresh=True, baselines=False, target_ms=args.target_ms, compile_only=args.compile_only,
                           arch="sm_90a" if args.compile_only else None)
     evaluator = Evaluator(options)
-    keys = [(p.config, f) for p in pairs for f in FLAVOURS]
-    by_config = {p.config: p for p in pairs}
+    twins = {(p.config, f): (p.sources[f], p.tasks) for p in pairs for f in FLAVOURS}
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # compile every twin first, on every core
-        prepared = dict(zip(keys, pool.map(lambda k: evaluator.prepare(by_config[k[0]].sources[k[1]],
-                                                                       by_config[k[0]].tasks), keys)))
+        prepared = dict(zip(twins, pool.map(lambda t: evaluator.prepare(*t), twins.values()), strict=True))
     finals = {k: p.final.shapes[0] for k, p in prepared.items() if p.final is not None}
     if args.compile_only:
         bad = [f"{c} {f}: {s.status.value}: {s.reason[:200]}" for (c, f), s in finals.items()
                if s.status is not Status.COMPILED]
-        print(f"{len(keys)} twins: {len(keys) - len(bad)} compiled", *bad, sep="\n")
+        print(f"{len(twins)} twins: {len(twins) - len(bad)} compiled", *bad, sep="\n")
         return 1 if bad else 0
     for (config, flavour), s in finals.items():
         print(f"not runnable: {config} {flavour}: {s.status.value}: {s.reason[:200]}")

@@ -386,6 +386,9 @@ def _add_store_parser(sub) -> None:
     asm = ssub.add_parser("assemble", help="base and deltas -> one plain SQLite store (a new file)")
     asm.add_argument("committed", help="the committed store, e.g. benchmarks/stores/h200_grid.sqlite.gz")
     asm.add_argument("--out", required=True, help="the plain store to write (must not exist)")
+    asm.add_argument("--also", nargs="+", default=[], metavar="STORE",
+                     help="stores kept apart from the committed one's deltas (another GPU's rows, e.g. "
+                          "benchmarks/stores/h100_chosen_small.sqlite.gz), added after them with the next ids")
     dl = ssub.add_parser("delta", help="the rows a grown store (or a delta sent back by a device call) adds to the "
                                        "committed store, as its next delta")
     dl.add_argument("--db", required=True, help="the grown store, plain or gzipped")
@@ -399,8 +402,9 @@ def cmd_store(args) -> int:
 
     try:
         if args.store_command == "assemble":
-            done = store_pack.assemble(Path(args.committed), Path(args.out))
-            print(f"{done.path}: {done.rows.render()} (base and {done.deltas} deltas)")
+            done = store_pack.assemble(Path(args.committed), Path(args.out), [Path(p) for p in args.also])
+            apart = f", {done.apart} kept apart" if done.apart else ""
+            print(f"{done.path}: {done.rows.render()} (base and {done.deltas} deltas{apart})")
         else:
             print(store_pack.write_delta(Path(args.db), Path(args.committed), Path(args.out) if args.out else None)
                   .render())
@@ -427,6 +431,12 @@ def _add_report_parser(sub) -> None:
                     help="ratio: baseline median time / kernel median time (every result); paired: the median over "
                          "repetitions of baseline / kernel time, steadier, only in results timed since 2026-12-03 "
                          "(others count as unscored: `cudal2 remeasure --paired` times them again)")
+    rp.add_argument("--chosen-on", default=None, metavar="GPU",
+                    help="the kernels another GPU's offline results chose (a label or a unique part of one, e.g. "
+                         "h200), with their figures on --gpu: what `cudal2 remeasure --chosen-on` timed")
+    rp.add_argument("--against", default="offline", choices=[m.value for m in Mode],
+                    help="the mode a report in another mode is compared with, shape by shape (section \"Against ...\"); "
+                         "confirm: the offline method's fresh figures, which --chosen-on kernels have")
     add_rank_argument(rp)
     rp.set_defaults(func=cmd_report)
 
@@ -437,7 +447,8 @@ def cmd_report(args) -> int:
     req = report.ReportRequest(args.shapes, args.gpu, Mode(args.mode), Acc(args.acc) if args.acc else None,
                                Path(args.db) if args.db else default_db_path(),
                                Path(args.out) if args.out else None, Path(args.heatmap) if args.heatmap else None,
-                               args.host_cache_twins, report.Estimator(args.estimator), Rank(args.rank))
+                               args.host_cache_twins, report.Estimator(args.estimator), Rank(args.rank),
+                               args.chosen_on, Mode(args.against))
     try:
         print(report.run(req))
     except report.ReportError as e:

@@ -102,19 +102,21 @@ def kernel_name(source: str | None) -> str:
 
 def collect(rows: Sequence[ShapeRow], store: ResultStore, gpu: str, mode: Mode,
             host_cache_twins: bool = False, estimator: Estimator = Estimator.RATIO,
-            rank: Rank = Rank.TIME) -> list[Entry]:
+            rank: Rank = Rank.TIME, chosen_on: str | None = None) -> list[Entry]:
     """The best verified result of every row (one store query per shape; 1000 shapes take well under a second).
     A kernel the tuner generated is named by its config, any other by its source's first comment line. The choice
     of kernel does not depend on `estimator`, only the figures the entries give do; `rank` is how the offline
-    search's choice is made (`ResultStore.chosen`).
+    search's choice is made (`ResultStore.chosen`). `chosen_on`: another GPU's label whose offline results choose
+    each shape's kernel (`cudal2 remeasure --chosen-on` timed them on `gpu`); a shape it never verified is missing.
     `host_cache_twins` (server or wallclock mode): where the chosen kernel's host_cache twin has an ok figure in
     `mode`, that figure stands in the kernel's place, faster or not (the better of the two would be a best-of-2 on
     noise); a twin counts even where its kernel was not timed in the mode."""
     entries = []
     with TuneLog(store) as log:
         for row in rows:
-            chosen = store.chosen(row.task, gpu, rank)  # once per shape: the kernel, and the one whose twin counts
-            best = _best(store, row.task, gpu, mode, chosen)
+            # once per shape: the kernel, and the one whose twin counts
+            chosen = store.chosen(row.task, chosen_on or gpu, rank)
+            best = _best(store, row.task, gpu, mode, chosen, elsewhere=chosen_on not in (None, gpu))
             twin = measured_twin(store, log, chosen[0][0], row.task, gpu, mode) if host_cache_twins and chosen else None
             if twin is not None:
                 best = twin
@@ -137,18 +139,24 @@ def measured_twin(store: ResultStore, log: TuneLog, kernel_hash: str, task: Task
     return (twin.source_hash, result) if result is not None and result.status is Status.OK else None
 
 
-def _best(store: ResultStore, task: Task, gpu: str, mode: Mode,
-          chosen: list[tuple[str, ShapeResult]]) -> tuple[str, ShapeResult] | None:
+def _best(store: ResultStore, task: Task, gpu: str, mode: Mode, chosen: list[tuple[str, ShapeResult]],
+          elsewhere: bool = False) -> tuple[str, ShapeResult] | None:
     """Offline: the chosen kernel's result (`chosen`: `ResultStore.chosen`). Every other mode (confirm, server, wallclock): that mode's figure of the
     kernel the offline search chose, the one a user deploys. The fastest of several figures in that mode (earlier
     winners were timed there too) would be a best-of-N again, and server timings are noisy enough for it to show: on
     the H200 grid's small bucket 2.26x best-of-N against 2.01x for the chosen kernels (RESULTS, twenty-third
     session). A chosen kernel not yet timed in the mode leaves the shape missing (`cudal2 remeasure` times it); a
     shape with no verified offline result at all (a kernel evaluated only in server mode, say) takes the fastest
-    verified figure of the mode. None if there is none."""
-    if mode is Mode.OFFLINE or not chosen:
-        fastest = chosen or store.best(task, gpu, mode=mode, baseline=None, limit=1)
+    verified figure of the mode. None if there is none.
+    `elsewhere`: `chosen` is another GPU's choice; in every mode, offline too, the figure is its kernel's on `gpu`,
+    and a shape without a choice is missing."""
+    if not chosen and not elsewhere:
+        fastest = store.best(task, gpu, mode=mode, baseline=None, limit=1)
         return fastest[0] if fastest else None
+    if not chosen:
+        return None
+    if mode is Mode.OFFLINE and not elsewhere:
+        return chosen[0]
     result = store.get_result(chosen[0][0], task, gpu, mode)
     return (chosen[0][0], result) if result is not None and result.status is Status.OK else None
 
@@ -332,9 +340,15 @@ def check_target(target: Target, entries: Sequence[Entry]) -> TargetResult:
     return TargetResult(target, len(selected), stats, verdict)
 
 
-def target_caveat(tasks: Sequence[Task], mode: Mode) -> str:
-    """Why the targets' figures are only indicative for this report ("" when they apply as defined)."""
+TARGET_GPU = "H200"  # the issue's targets are for the lent H200
+
+
+def target_caveat(tasks: Sequence[Task], mode: Mode, gpu: str = TARGET_GPU) -> str:
+    """Why the targets' figures are only indicative for this report ("" when they apply as defined). `gpu`: the
+    label the figures were taken on."""
     reasons = []
+    if TARGET_GPU not in gpu:
+        reasons.append(f"the targets are for the {TARGET_GPU}")
     if {(t.m, t.n, t.k) for t in tasks} != {(m, n, k) for m in GRID_VALUES for n in GRID_VALUES for k in GRID_VALUES}:
         reasons.append("this set is not the full 1000-shape grid")
     if any(t.acc is not Acc.FP32 for t in tasks):
@@ -447,6 +461,8 @@ class ReportScope:
     twins: int | None = None  # shapes reported by their host_cache twin's figure; None: --host-cache-twins not asked
     estimator: Estimator = Estimator.RATIO
     rank: Rank = Rank.TIME
+    chosen_on: str | None = None  # the GPU whose offline results chose the kernels; None: `gpu`'s own
+    against: Mode = Mode.OFFLINE  # the mode the section "Against ..." compares `mode` with
 
 
 def _twins_note(twins: int | None) -> str:
@@ -455,6 +471,14 @@ def _twins_note(twins: int | None) -> str:
     return (f" With --host-cache-twins: on {twins} shapes the figure is the chosen kernel's host_cache twin's (same "
             "device code; its entry point keeps CUTLASS's parameters between calls with the same pointers and "
             "shape), timed by `cudal2 remeasure --host-cache-twins`, faster or not.")
+
+
+def _chosen_on_note(chosen_on: str | None, gpu: str) -> str:
+    if chosen_on is None:
+        return ""
+    return (f" Kernels chosen on another GPU: each shape's kernel is the one {chosen_on}'s offline results chose, and "
+            f"every figure is that kernel's on {gpu} (`cudal2 remeasure --chosen-on`), offline too; a shape it never "
+            "verified is missing.")
 
 
 def _mode_note(mode: Mode) -> str:
@@ -487,26 +511,28 @@ def _coverage_md(entries: Sequence[Entry]) -> str:
     return line
 
 
-def render(scope: ReportScope, entries: Sequence[Entry], offline: Sequence[Entry] | None = None) -> str:
-    """The whole report as markdown (pasteable into benchmarks/RESULTS.md). `offline`: the same rows collected
-    offline; for a report in another mode, it adds what the mode changes (section "Against offline")."""
+def render(scope: ReportScope, entries: Sequence[Entry], reference: Sequence[Entry] | None = None) -> str:
+    """The whole report as markdown (pasteable into benchmarks/RESULTS.md). `reference`: the same rows collected in
+    `scope.against` (offline unless asked); for a report in another mode, it adds what the mode changes (section
+    "Against offline")."""
     missing = [e for e in entries if e.result is None]
     unpaired = [e for e in entries if e.unpaired]
     accs = ", ".join(sorted({e.task.acc.value for e in entries}))
     parts = [
         f"### Leaderboard: `{scope.shapes}` · {scope.gpu} · {scope.mode.value} · {accs}"
         + (" · paired estimator" if scope.estimator is Estimator.PAIRED else "")
-        + (" · kernels chosen by speedup" if scope.rank is Rank.SPEEDUP else ""),
+        + (" · kernels chosen by speedup" if scope.rank is Rank.SPEEDUP else "")
+        + (f" · kernels chosen on {scope.chosen_on}" if scope.chosen_on else ""),
         f"Best verified (`ok`) kernel per shape from `{scope.db}` (evaluator {EVALUATOR_VERSION}), "
         + ("the one with the highest speedup over cuBLAS in its own evaluation (`--rank speedup`). "
            if scope.rank is Rank.SPEEDUP else "the one with the lowest median time (`--rank time`). ")
         + _estimator_note(scope.estimator) +
         "\"torch.matmul / cuBLAS\" is the harness's `cublas` baseline, cublasGemmEx with torch's settings: the call "
         "torch.matmul makes (there is no separate torch timing)." + _mode_note(scope.mode)
-        + _twins_note(scope.twins),
+        + _twins_note(scope.twins) + _chosen_on_note(scope.chosen_on, scope.gpu),
         _coverage_md(entries),
         "#### Targets",
-        _targets_md([check_target(t, entries) for t in TARGETS], target_caveat([e.task for e in entries], scope.mode)),
+        _targets_md([check_target(t, entries) for t in TARGETS], target_caveat([e.task for e in entries], scope.mode, scope.gpu)),
         "#### By size bucket",
         _buckets_md(bucket_summaries(entries)),
     ]
@@ -527,8 +553,9 @@ def render(scope: ReportScope, entries: Sequence[Entry], offline: Sequence[Entry
                   f"The {len(worst)} slowest shapes against torch.matmul / cuBLAS:", _shapes_md(worst)]
     if scope.mode.replays:  # graph replay: the bound's floor is a graph node (roofline.py)
         parts += ["#### Headroom", _headroom_md(entries, scope.gpu, scope.mode)]
-    if offline is not None and scope.mode is not Mode.OFFLINE:
-        parts += ["#### Against offline", _against_offline_md(entries, offline, scope.gpu, scope.mode)]
+    if reference is not None and scope.mode is not scope.against:
+        parts += [f"#### Against {scope.against.value}",
+                  _against_md(entries, reference, scope.gpu, scope.mode, scope.against)]
     if missing:
         parts += [f"#### Missing shapes ({len(missing)})", ", ".join(e.task.mnk for e in missing)]
     if unpaired:
@@ -634,66 +661,69 @@ def _headroom_md(entries: Sequence[Entry], gpu_label: str, mode: Mode) -> str:
                           f"The {len(most)} shapes with the most room (kernel / bound):", shapes])
 
 
-# -- against offline -----------------------------------------------------------------------------------------------
+# -- against a reference mode ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ModeShift:
-    """One shape verified offline and in another mode (the same chosen kernel's figures): speedups vs cuBLAS by the
-    report's estimator, median times in microseconds."""
+    """One shape verified in the reference mode (offline, or confirm) and in the report's mode (the same chosen
+    kernel's figures): speedups vs cuBLAS by the report's estimator, median times in microseconds."""
 
     task: Task
-    speedup_offline: float
+    speedup_ref: float
     speedup_mode: float
-    kernel_offline_us: float
+    kernel_ref_us: float
     kernel_mode_us: float
-    cublas_offline_us: float
+    cublas_ref_us: float
     cublas_mode_us: float
 
 
-def mode_shifts(entries: Sequence[Entry], offline: Sequence[Entry]) -> list[ModeShift]:
-    """The shapes of `entries` (one mode) that `offline` (the same rows, offline) also has, both with a speedup over
-    cuBLAS and both medians. Entries pair by shape, so a kernel's host_cache twin pairs with its kernel."""
-    offline_by_task = {e.task: e for e in offline}
+def mode_shifts(entries: Sequence[Entry], reference: Sequence[Entry]) -> list[ModeShift]:
+    """The shapes of `entries` (one mode) that `reference` (the same rows in the reference mode) also has, both with a
+    speedup over cuBLAS and both medians. Entries pair by shape, so a kernel's host_cache twin pairs with its kernel."""
+    ref_by_task = {e.task: e for e in reference}
     out = []
     for e in entries:
-        o = offline_by_task.get(e.task)
-        if o is None or "cublas" not in e.speedups or "cublas" not in o.speedups:
+        r = ref_by_task.get(e.task)
+        if r is None or "cublas" not in e.speedups or "cublas" not in r.speedups:
             continue
-        times, times_offline = medians_us(e), medians_us(o)
-        if times is None or times_offline is None:
+        times, times_ref = medians_us(e), medians_us(r)
+        if times is None or times_ref is None:
             continue
-        out.append(ModeShift(e.task, o.speedups["cublas"], e.speedups["cublas"], times_offline[0], times[0],
-                             times_offline[1], times[1]))
+        out.append(ModeShift(e.task, r.speedups["cublas"], e.speedups["cublas"], times_ref[0], times[0],
+                             times_ref[1], times[1]))
     return out
 
 
 def _shift_row(name: str, rows: Sequence[ModeShift]) -> list[str]:
-    return [name, str(len(rows)), _x(geomean([r.speedup_offline for r in rows])),
+    return [name, str(len(rows)), _x(geomean([r.speedup_ref for r in rows])),
             _x(geomean([r.speedup_mode for r in rows])),
-            _x(geomean([r.kernel_mode_us / r.kernel_offline_us for r in rows])),
-            _x(geomean([r.cublas_mode_us / r.cublas_offline_us for r in rows]))]
+            _x(geomean([r.kernel_mode_us / r.kernel_ref_us for r in rows])),
+            _x(geomean([r.cublas_mode_us / r.cublas_ref_us for r in rows]))]
 
 
-def _against_offline_md(entries: Sequence[Entry], offline: Sequence[Entry], gpu_label: str, mode: Mode) -> str:
-    """What the mode changes: per size bucket, the speedup offline and in `mode` over the same shapes, and how much
-    the mode stretches the kernel's and cuBLAS's times. Where the GPU has figures, also split by whether offline
-    timing finds the inputs in L2 (roofline.offline_inputs_in_l2): cold mode's difference is made there."""
-    rows = mode_shifts(entries, offline)
+def _against_md(entries: Sequence[Entry], reference: Sequence[Entry], gpu_label: str, mode: Mode, against: Mode) -> str:
+    """What the mode changes: per size bucket, the speedup in `against` and in `mode` over the same shapes, and how
+    much the mode stretches the kernel's and cuBLAS's times. Where `against` is the offline method and the GPU has
+    figures, also split by whether offline timing finds the inputs in L2 (roofline.offline_inputs_in_l2): cold mode's
+    difference is made there."""
+    rows = mode_shifts(entries, reference)
     if not rows:
-        return f"No shape verified both offline and in {mode.value} mode."
+        hint = (" (kernels another GPU chose have no offline figure here: --against confirm compares with the offline "
+                "method's figures `cudal2 remeasure --mode confirm` took)" if against is Mode.OFFLINE else "")
+        return f"No shape verified both in {against.value} and in {mode.value} mode{hint}."
     groups = [_shift_row(name, members) for name, members in by_bucket(rows, lambda r: r.task)]
     gpu = figures_for(gpu_label)
-    if gpu is not None:
+    if gpu is not None and against.method is Mode.OFFLINE:
         in_l2 = {r.task: offline_inputs_in_l2(r.task, gpu) for r in rows}
         groups += [_shift_row(name, members) for name, members in
                    ((f"inputs in L2 offline ({OFFLINE_MAX_SETS} sets <= {gpu.l2_bytes >> 20} MB)",
                      [r for r in rows if in_l2[r.task]]),
                     ("inputs not in L2 offline", [r for r in rows if not in_l2[r.task]])) if members]
-    note = (f"The same chosen kernel per shape, offline and in {mode.value} mode, over the {len(rows)} shapes verified "
-            "in both: speedups vs torch.matmul / cuBLAS, and each side's median time in this mode over its offline "
-            "median (> 1: slower in this mode).")
-    return "\n\n".join([note, md_table(["group", "shapes", "speedup offline", f"speedup {mode.value}",
+    note = (f"The same chosen kernel per shape, in {against.value} and in {mode.value} mode, over the {len(rows)} "
+            "shapes verified in both: speedups vs torch.matmul / cuBLAS, and each side's median time in this mode over "
+            f"its {against.value} median (> 1: slower in this mode).")
+    return "\n\n".join([note, md_table(["group", "shapes", f"speedup {against.value}", f"speedup {mode.value}",
                                          "kernel time ratio", "cuBLAS time ratio"], groups)])
 
 
@@ -768,6 +798,8 @@ class ReportRequest:
     host_cache_twins: bool = False  # server or wallclock: measured host_cache twins in their kernels' place
     estimator: Estimator = Estimator.RATIO
     rank: Rank = Rank.TIME  # how each shape's kernel is chosen out of its offline results
+    chosen_on: str | None = None  # another GPU (a label or a unique part of one) whose offline results choose kernels
+    against: Mode = Mode.OFFLINE  # the reference mode of the section "Against ..." (confirm: for --chosen-on)
 
 
 def load_rows(spec: str, acc: Acc | None) -> list[ShapeRow]:
@@ -816,13 +848,15 @@ def run(req: ReportRequest) -> str:
         with ResultStore(req.db) as store:
             stored = store.ok_gpus()
             gpu = resolve_gpu(req.gpu or None, getattr(detect_gpu(), "label", None), stored)
-            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator, req.rank)
-            offline = (None if req.mode is Mode.OFFLINE
-                       else collect(rows, store, gpu, Mode.OFFLINE, estimator=req.estimator, rank=req.rank))
-    except StoreError as e:
+            chooser = None if req.chosen_on is None else resolve_gpu_label(stored, req.chosen_on, None, "--chosen-on")
+            entries = collect(rows, store, gpu, req.mode, req.host_cache_twins, req.estimator, req.rank, chooser)
+            reference = (None if req.mode is req.against else
+                         collect(rows, store, gpu, req.against, estimator=req.estimator, rank=req.rank, chosen_on=chooser))
+    except (StoreError, GpuLabelError) as e:
         raise ReportError(str(e)) from None
     twins = sum(e.twin for e in entries) if req.host_cache_twins else None
-    text = render(ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator, req.rank), entries, offline)
+    scope = ReportScope(req.shapes, gpu, req.mode, req.db, twins, req.estimator, req.rank, chooser, req.against)
+    text = render(scope, entries, reference)
     verified = sum(1 for e in entries if e.result is not None)
     lines = []
     if req.heatmap is not None:

@@ -252,6 +252,8 @@ def test_target_caveat():
     assert "offline" in target_caveat(grid, Mode.SERVER)
     assert target_caveat(grid, Mode.CONFIRM) == ""  # the offline method, timed again: the targets apply
     assert "fp32" in target_caveat([Task(t.m, t.n, t.k, Acc.FP16) for t in grid], Mode.OFFLINE)
+    assert target_caveat(grid, Mode.OFFLINE, "NVIDIA H200 (sm_90a)") == ""
+    assert "for the H200" in target_caveat(grid, Mode.OFFLINE, "NVIDIA H100 80GB HBM3 (sm_90a)")
 
 
 def test_heat_cells_aggregate_over_k(entries):
@@ -550,7 +552,7 @@ def test_against_offline_pairs_each_shapes_chosen_kernel_and_splits_by_l2(db):
     assert "#### Against offline" not in render(ReportScope("fixture.csv", GPU, Mode.OFFLINE, db), offline, offline)
     assert "#### Against offline" not in render(ReportScope("fixture.csv", GPU, Mode.COLD, db), cold)
     nothing = render(ReportScope("fixture.csv", GPU, Mode.SERVER, db), offline[:0], offline)
-    assert "No shape verified both offline and in server mode." in nothing
+    assert "No shape verified both in offline and in server mode" in nothing
 
 
 def test_cli_report_in_another_mode_compares_with_offline(capsys, db, shapes_csv):
@@ -559,3 +561,48 @@ def test_cli_report_in_another_mode_compares_with_offline(capsys, db, shapes_csv
     code, out, err = run(capsys, "report", "--shapes", str(shapes_csv), "--db", str(db), "--mode", "server")
     assert code == 0 and err == ""
     assert "| < 2^24 | 1 | 4.000x | 2.000x | 5.000x | 2.500x |" in out[out.index("#### Against offline"):]
+
+
+H100 = "NVIDIA H100 80GB HBM3 (sm_90a)"
+
+
+@pytest.fixture
+def chosen_elsewhere(db: Path) -> Path:
+    """The H200-chosen small kernel ("fast-small": `GPU`'s offline winner) timed on an H100 by `remeasure --chosen-on`:
+    confirm (1.5 us vs cuBLAS 3.0) and cold (2.0 vs 3.5). The H100 also has its own offline winner on SMALL and on MID,
+    which a report of the H200's choice must not show."""
+    with ResultStore(db) as s:
+        s.put_result("fast-small", H100, "confirm", result(SMALL.task, 1.5, 3.0))
+        s.put_result("fast-small", H100, "cold", result(SMALL.task, 2.0, 3.5))
+        s.put_result("h100-own", H100, "offline", result(SMALL.task, 0.5, 3.0))
+        s.put_result("h100-own", H100, "offline", result(MID.task, 0.5, 3.0))
+    return db
+
+
+def test_kernels_chosen_on_another_gpu_take_their_figures_on_this_one(chosen_elsewhere):
+    with ResultStore(chosen_elsewhere) as s:
+        cold = {e.task: e for e in collect(ROWS, s, H100, Mode.COLD, chosen_on=GPU)}
+        confirm = collect(ROWS, s, H100, Mode.CONFIRM, chosen_on=GPU)
+        offline = {e.task: e for e in collect(ROWS, s, H100, Mode.OFFLINE, chosen_on=GPU)}
+        own = {e.task: e for e in collect(ROWS, s, H100, Mode.OFFLINE)}
+    assert cold[SMALL.task].kernel_hash == "fast-small" and cold[SMALL.task].speedups["cublas"] == pytest.approx(1.75)
+    assert [e.task for e in confirm if e.result is not None] == [SMALL.task]
+    assert all(e.result is None for e in offline.values())  # the H200's kernels have no H100 offline figure
+    assert own[SMALL.task].kernel_hash == "h100-own" and own[MID.task].kernel_hash == "h100-own"
+    scope = ReportScope("fixture.csv", H100, Mode.COLD, chosen_elsewhere, chosen_on=GPU, against=Mode.CONFIRM)
+    text = render(scope, list(cold.values()), confirm)
+    assert f"· kernels chosen on {GPU}" in text.splitlines()[0]
+    caveat = text[text.index("**Indicative only here:"):].split("**")[1]
+    assert "the targets are for the H200" in caveat and "the targets are for offline mode" in caveat
+    section = text[text.index("#### Against confirm"):text.index("#### Missing shapes")]
+    assert "| < 2^24 | 1 | 2.000x | 1.750x | 1.333x | 1.167x |" in section  # 3/1.5, 3.5/2, 2/1.5, 3.5/3
+    empty = render(replace(scope, against=Mode.OFFLINE), list(cold.values()), list(offline.values()))
+    assert "--against confirm compares with the offline method's figures" in empty
+
+
+def test_cli_report_chosen_on_another_gpu_and_its_one_line_errors(capsys, chosen_elsewhere, shapes_csv):
+    args = ("report", "--shapes", str(shapes_csv), "--db", str(chosen_elsewhere), "--gpu", "h100")
+    code, out, err = run(capsys, *args, "--chosen-on", "h200", "--mode", "cold", "--against", "confirm")
+    assert code == 0 and err == "" and "| < 2^24 | 1 | 2.000x | 1.750x |" in out[out.index("#### Against confirm"):]
+    code, out, err = run(capsys, *args, "--chosen-on", "nvidia")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--chosen-on 'nvidia' matches several" in err

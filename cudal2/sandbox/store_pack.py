@@ -34,7 +34,7 @@ import gzip
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +75,13 @@ class Rows:
 
 @dataclass(frozen=True)
 class Assembled:
-    """What `assemble` wrote: the plain store at `path`, from the base and `deltas` delta files."""
+    """What `assemble` wrote: the plain store at `path`, from the base, `deltas` delta files and `apart` stores kept
+    apart from them."""
 
     path: Path
     deltas: int
     rows: Rows
+    apart: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,8 +182,40 @@ def _apply(conn: sqlite3.Connection, schema: str, shown: Path) -> None:
         _copy_tune_tables(conn, schema, None)
 
 
-def assemble(committed: Path, out: Path) -> Assembled:
-    """The committed store `committed` (base NAME.sqlite.gz and its deltas) as one plain SQLite store at `out`.
+def _apply_apart(conn: sqlite3.Connection, schema: str, shown: Path) -> None:
+    """Add the rows of the attached store `schema`, kept apart from the committed store's history (another GPU's rows,
+    as benchmarks/stores/h100_*.sqlite.gz), to the main store in one transaction: its results take the next ids in
+    their own order, since their ids may overlap deltas committed after them. A result row the main store already
+    holds (same source, shape, GPU, mode and creation time) means the file was committed as a delta too: refused."""
+    key = "source_hash, m, n, k, acc, gpu, evaluator_version, mode, created"
+    again = conn.execute(f"SELECT COUNT(*) FROM (SELECT {key} FROM {schema}.results INTERSECT "
+                         f"SELECT {key} FROM main.results)").fetchone()[0]
+    if again:
+        raise StoreError(f"{shown}: {again} of its results are already in the store (is it one of its deltas?)")
+    cols = ", ".join(c for c in _columns(conn, "results").split(", ") if c != "id")
+    with conn:
+        conn.execute(f"INSERT OR IGNORE INTO main.sources SELECT * FROM {schema}.sources")
+        conn.execute(f"INSERT INTO main.results ({cols}) SELECT {cols} FROM {schema}.results ORDER BY id")
+        algo = _columns(conn, "algo_cache")
+        conn.execute(f"INSERT OR REPLACE INTO main.algo_cache ({algo}) SELECT {algo} FROM {schema}.algo_cache")
+        _copy_tune_tables(conn, schema, None)
+
+
+def _attach_each(conn: sqlite3.Connection, files: Sequence[Path], tmp: Path,
+                 apply: Callable[[sqlite3.Connection, str, Path], None]) -> None:
+    """`apply(conn, "d", file)` for each store file in turn, attached as a plain copy (checked to be a result store)."""
+    for file in files:
+        plain = tmp / "delta.sqlite"
+        _copy_plain(file, plain)
+        _check_store(plain, file)
+        with _attached(conn, plain, "d"):
+            apply(conn, "d", file)
+        plain.unlink()
+
+
+def assemble(committed: Path, out: Path, apart: Sequence[Path] = ()) -> Assembled:
+    """The committed store `committed` (base NAME.sqlite.gz and its deltas) as one plain SQLite store at `out`, then
+    the rows of each store in `apart` (kept apart from that history: another GPU's rows) after them.
 
     `out` must not exist: an existing file is never overwritten. Raises StoreError (one line) on a base or delta that
     is not a result store or does not continue the ids before it; `out` is removed then."""
@@ -192,18 +226,13 @@ def assemble(committed: Path, out: Path) -> Assembled:
         _copy_plain(committed, out)
         _check_store(out, committed)
         with tempfile.TemporaryDirectory() as tmp, closing(sqlite3.connect(out)) as conn:
-            for delta in deltas:
-                plain = Path(tmp) / "delta.sqlite"
-                _copy_plain(delta, plain)
-                _check_store(plain, delta)
-                with _attached(conn, plain, "d"):
-                    _apply(conn, "d", delta)
-                plain.unlink()
+            _attach_each(conn, deltas, Path(tmp), _apply)
+            _attach_each(conn, apart, Path(tmp), _apply_apart)
             rows = _count(conn, "main")
     except BaseException:
         out.unlink(missing_ok=True)
         raise
-    return Assembled(out, len(deltas), rows)
+    return Assembled(out, len(deltas), rows, len(apart))
 
 
 def _check_same_history(conn: sqlite3.Connection, grown: Path, top: int) -> None:

@@ -160,10 +160,40 @@ def test_cli_store_commands_and_their_one_line_errors(tmp_path, committed):
     assert done.returncode == 0 and "0001.sqlite.gz: 1 results, 1 sources" in done.stdout
     done = cli("assemble", str(committed), "--out", "a.sqlite")
     assert done.returncode == 0 and "3 results" in done.stdout and "1 deltas" in done.stdout
+    done = cli("assemble", str(committed), "--out", "b.sqlite", "--also", str(committed))
+    assert done.returncode == 2 and "2 of its results are already in the store" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "b.sqlite").exists()
     for args in (("assemble", str(committed), "--out", "a.sqlite"), ("assemble", "missing.sqlite.gz", "--out", "b"),
                  ("delta", "--db", str(ROOT / "README.md"), "--committed", str(committed))):
         done = cli(*args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cudal2: error:" in done.stderr
+
+
+def test_a_store_kept_apart_joins_after_the_deltas_with_the_next_ids(tmp_path, committed):
+    """Another GPU's rows, sent back against the commit and kept out of its deltas (benchmarks/stores/h100_*): their
+    ids overlap the delta committed later, so they join after it, in their own order, and only once."""
+    device = tmp_path / "device.sqlite"
+    shutil.copyfile(store_pack.assemble(committed, tmp_path / "start.sqlite").path, device)
+    other = "NVIDIA H100 80GB HBM3 (sm_90a)"
+    with ResultStore(device) as s:
+        s.put_source("h", "// kernel h")
+        s.put_result("a", other, Mode.COLD, ok_result(T1, 7.0))
+        s.put_result("h", other, Mode.COLD, ok_result(T2, 8.0))
+    apart = store_pack.write_delta(device, committed, tmp_path / "h100.sqlite.gz")
+    grown = tmp_path / "grown.sqlite"
+    _measure(grown, "c", T1, 3.0)
+    store_pack.write_delta(grown, committed)  # the next delta takes id 3, as the apart store's first row does
+    done = store_pack.assemble(committed, tmp_path / "all.sqlite", [apart.path])
+    assert (done.deltas, done.apart, done.rows) == (1, 1, store_pack.Rows(5, 4, 1))
+    with closing(sqlite3.connect(done.path)) as conn:
+        ids = conn.execute("SELECT id, source_hash, gpu FROM results WHERE id > 2 ORDER BY id").fetchall()
+    assert ids == [(3, "c", GPU), (4, "a", other), (5, "h", other)]
+    with ResultStore(done.path) as s:
+        assert s.get_result("h", T2, other, Mode.COLD).timings["candidate"].median_us == 8.0
+        assert s.get_source("h") == "// kernel h"
+    with pytest.raises(StoreError, match="h100.sqlite.gz: 2 of its results are already in the store"):
+        store_pack.assemble(committed, tmp_path / "twice.sqlite", [apart.path, apart.path])
+    assert not (tmp_path / "twice.sqlite").exists()
 
 
 COMMITTED_STORE = ROOT / "benchmarks" / "stores" / "h200_grid.sqlite.gz"
