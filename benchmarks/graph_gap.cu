@@ -10,6 +10,7 @@
 // Each pattern is captured R=64 times into one graph (as the harness does), the graph is replayed REPLAYS times
 // after a warm-up, and the median replay time / R is printed in microseconds, one `name us` line per pattern.
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include "cuda_check.h"
+
+namespace cg = cooperative_groups;
 
 constexpr int R = 64;          // calls per graph, as in the harness's offline mode
 constexpr int REPLAYS = 200;   // timed replays per pattern
@@ -107,6 +110,35 @@ __global__ void cut_kernel(float* work, unsigned* counters, half* out) {
     for (int r = 0; r < 16; ++r) sum += __ldcg(work + (tile * 16 + r) * 256 + i);
     out[tile * 256 + i] = __float2half(sum);
   }
+}
+
+// The same cut summed in a thread-block cluster instead (the small family's cluster_k): a tile's CL CTAs are one
+// cluster, the partials stay in shared memory, no global round trip. Pull (as cluster_k renders it): each CTA parks
+// its partial in its own shared memory, a cluster barrier, CTA r reads its 1/CL share of the tile from all CL CTAs
+// through distributed shared memory and writes it, a second barrier so that no CTA leaves while its memory is read.
+// Push: each CTA writes each share of its partial into the shared memory of the CTA that owns it, one barrier, each
+// CTA sums its share locally and writes it.
+template <int CL, bool push>
+__global__ void cluster_cut_kernel(half* out) {
+  constexpr int SHARE = 256 / CL;
+  __shared__ float part[256];        // pull: this CTA's partial
+  __shared__ float shares[CL][SHARE];  // push: every CTA's partial of this CTA's share
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank(), tile = blockIdx.x / CL;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    const float v = (float)(i + blockIdx.x);
+    if (push)
+      cluster.map_shared_rank(&shares[0][0], i / SHARE)[rank * SHARE + i % SHARE] = v;
+    else
+      part[i] = v;
+  }
+  cluster.sync();
+  for (int i = threadIdx.x; i < SHARE; i += blockDim.x) {
+    float sum = 0.f;
+    for (int q = 0; q < CL; ++q) sum += push ? shares[q][i] : cluster.map_shared_rank(part, q)[rank * SHARE + i];
+    out[tile * 256 + rank * SHARE + i] = __float2half(sum);
+  }
+  if (!push) cluster.sync();
 }
 
 // A 64x64x64 GEMM's memory traffic without its math: one CTA reads 2 x 8 KiB (A and B tiles) and writes 8 KiB.
@@ -204,6 +236,8 @@ int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CK(cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(cluster_cut_kernel<16, false>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(cluster_cut_kernel<16, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   unsigned* counters;
   CK(cudaMalloc(&counters, 4096 * sizeof(unsigned)));
   CK(cudaMemset(counters, 0, 4096 * sizeof(unsigned)));
@@ -214,7 +248,7 @@ int main() {
   float* work;  // the cut patterns' partials: 256 CTAs x 16x16 fp32
   CK(cudaMalloc(&work, 256 * 256 * sizeof(float)));
   half* cut_out;
-  CK(cudaMalloc(&cut_out, 16 * 256 * sizeof(half)));
+  CK(cudaMalloc(&cut_out, 32 * 256 * sizeof(half)));  // up to 32 tiles (clusters of 8)
   struct Pattern {
     const char* name;
     std::function<void(int)> call;
@@ -233,6 +267,10 @@ int main() {
       {"cut_16_fence_sc", [&](int) { cut_kernel<Fence::Sc, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
       {"cut_16_fence_acq_rel", [&](int) { cut_kernel<Fence::AcqRel, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
       {"cut_16_no_fence", [&](int) { cut_kernel<Fence::None, true><<<256, 128, 0, s>>>(work, counters, cut_out); }},
+      {"cluster_cut_8_pull", [&](int) { launch_with(cluster_of(8), 256, s, cluster_cut_kernel<8, false>, cut_out); }},
+      {"cluster_cut_8_push", [&](int) { launch_with(cluster_of(8), 256, s, cluster_cut_kernel<8, true>, cut_out); }},
+      {"cluster_cut_16_pull", [&](int) { launch_with(cluster_of(16), 256, s, cluster_cut_kernel<16, false>, cut_out); }},
+      {"cluster_cut_16_push", [&](int) { launch_with(cluster_of(16), 256, s, cluster_cut_kernel<16, true>, cut_out); }},
       {"store_2MiB_half2_fragments", [&](int i) {
          store_fragments_kernel<<<dim3(16, 32), 64, 0, s>>>((half2*)(sets + (size_t)(i % SETS) * SET_BYTES));
        }},

@@ -157,6 +157,23 @@ __device__ __forceinline__ void all_arrived(unsigned int* ticket, unsigned int a
 }
 """
 
+# The push-form cluster sum (the small family's push): a split-phase cluster barrier, whose first phase is arrived at
+# (relaxed: it orders nothing) when a CTA starts and waited on only before the CTAs write into one another's shared
+# memory, so that every CTA is known to run by then at no cost; and an 8-byte store into another CTA's shared memory
+# (mapa turns our address into theirs). The second phase is cluster_sync (CLUSTER_PTX).
+CLUSTER_PUSH_PTX = """\
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\\n" ::: "memory"); }
+// Store the two floats `v` at shared-memory address `addr` (8-byte aligned) of the cluster's CTA `rank`.
+__device__ __forceinline__ void st_cluster_f2(uint32_t addr, uint32_t rank, float2 v) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\\n" ::"r"(remote), "f"(v.x), "f"(v.y) : "memory");
+}
+"""
+
 # Thread-block clusters (sm_90): CTAs per cluster without the non-portable opt-in, and with it (CUDA programming guide,
 # "Thread Block Clusters": 8 portable, 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
 MAX_PORTABLE_CLUSTER = 8

@@ -9,9 +9,10 @@ inline-PTX wrappers (cudal2.kernels.cuda_parts) for emulations that follow the P
     ldmatrix.x4        warp-collective: lanes 8j..8j+7 give matrix j's row addresses; lane l gets row l/4, halves
                        2(l%4), 2(l%4)+1 of each matrix. Counts 8-row phases whose 16-byte units collide in banks.
     mma.m16n8k16       warp-collective, with the fragment layouts of the PTX ISA (fp32 or fp16 accumulate).
-    clusters           barrier.cluster (a std::barrier over every thread of the cluster), %cluster_ctarank, and
-                       mapa + ld.shared::cluster reads of another block's shared memory (cudaLaunchKernelEx with a
-                       cluster dimension; a plain launch is a grid of 1-block clusters).
+    clusters           barrier.cluster (a std::barrier over every thread of the cluster; its arrive and wait also
+                       apart), %cluster_ctarank, and mapa + ld.shared::cluster / st.shared::cluster on another block's
+                       shared memory (cudaLaunchKernelEx with a cluster dimension; a plain launch is a grid of 1-block
+                       clusters).
     PDL                griddepcontrol.launch_dependents / .wait: nothing to do, a grid runs to its end before the
                        next launch starts (the launch attribute is ignored).
     last arrival       atomicAdd / atomicExch on a ticket as host atomics, __threadfence as a fence, loads and stores
@@ -55,6 +56,7 @@ _PRELUDE = r"""
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -97,6 +99,7 @@ thread_local dim3 gdim, bdim;
 thread_local unsigned char* smem_base = nullptr;  // this thread's block's shared memory
 thread_local unsigned crank = 0;                    // the block's rank in its cluster
 thread_local std::barrier<>* cluster_bar = nullptr;
+thread_local std::optional<std::barrier<>::arrival_token> cluster_token;  // barrier.cluster.arrive's, until its wait
 thread_local std::vector<unsigned char*>* cluster_smem = nullptr;  // by rank
 size_t smem_size = 0;
 long long bank_conflicts = 0;  // (see below)
@@ -211,6 +214,23 @@ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) {
     return v;
 }
 
+void st_cluster_f2(uint32_t addr, uint32_t rank, float2 v) {
+    if (rank >= cluster_smem->size()) fail("st.shared::cluster to a rank outside the cluster");
+    if (addr % 8 != 0 || addr + 8 > smem_size) fail("st.shared::cluster address misaligned or outside shared memory");
+    memcpy((*cluster_smem)[rank] + addr, &v, 8);
+}
+
+// barrier.cluster split in its two halves: an arrival with no wait pending, then a wait for that arrival's phase.
+void cluster_arrive() {
+    if (cluster_token) fail("barrier.cluster.arrive twice without a wait");
+    cluster_token.emplace(cluster_bar->arrive());
+}
+void cluster_wait() {
+    if (!cluster_token) fail("barrier.cluster.wait without an arrival");
+    cluster_bar->wait(std::move(*cluster_token));
+    cluster_token.reset();
+}
+
 // The clusters starting at `origins` (cluster dims `cl`) at once: each block with its own shared memory (poisoned: NaN
 // halves, so a read before the data landed shows up) and its cluster's barrier and shared memory windows.
 template <class... P, class... Args>
@@ -263,6 +283,7 @@ void run_clusters(void (*kernel)(P...), const std::vector<dim3>& origins, dim3 g
                     open_group.clear();
                     committed.clear();
                     kernel(args...);
+                    if (cluster_token) fail("barrier.cluster.arrive without its wait at kernel exit");
                     if (!open_group.empty()) fail("cp.async copies never committed");
                     for (const auto& g : committed)
                         if (!g.empty()) fail("cp.async copies still in flight at kernel exit");
@@ -350,6 +371,11 @@ _EMU_CLUSTER = """\
 __device__ __forceinline__ void cluster_sync() { emu::cluster_bar->arrive_and_wait(); }
 __device__ __forceinline__ uint32_t cluster_ctarank() { return emu::crank; }
 __device__ __forceinline__ float2 ld_cluster_f2(uint32_t addr, uint32_t rank) { return emu::ld_cluster_f2(addr, rank); }
+"""
+_EMU_CLUSTER_PUSH = """\
+__device__ __forceinline__ void cluster_arrive_relaxed() { emu::cluster_arrive(); }
+__device__ __forceinline__ void cluster_wait() { emu::cluster_wait(); }
+__device__ __forceinline__ void st_cluster_f2(uint32_t addr, uint32_t rank, float2 v) { emu::st_cluster_f2(addr, rank, v); }
 """
 
 _EMU_LAST_ARRIVAL = """\
@@ -498,7 +524,8 @@ def cuda_include_dir() -> Path | None:
 def emulated_source(source: str, acc: Acc) -> str:
     """The rendered source with its PTX wrappers emulated and launches/shared memory mapped onto host threads."""
     for original, emulated in ((cuda_parts.ASYNC_COPY_PTX, _EMU_ASYNC), (cuda_parts.SMEM_ADDR, _EMU_SMEM_ADDR),
-                               (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER), (cuda_parts.LAST_ARRIVAL, _EMU_LAST_ARRIVAL),
+                               (cuda_parts.CLUSTER_PTX, _EMU_CLUSTER), (cuda_parts.CLUSTER_PUSH_PTX, _EMU_CLUSTER_PUSH),
+                               (cuda_parts.LAST_ARRIVAL, _EMU_LAST_ARRIVAL),
                                (cuda_parts.TICKET_READ, _EMU_TICKET_READ),
                                (cuda_parts.accumulator(acc), _EMU_ACC[acc]), (cuda_parts.PDL_WAIT, ""),
                                (cuda_parts.PDL_TRIGGER, "/* PDL trigger: grids run one after the other here */")):

@@ -49,6 +49,10 @@ SAMPLE = [
 # emulator runs its 16 x 128 threads per cluster as OS threads, so it takes the shapes with few tiles only.
 CLUSTER_16 = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=4, cluster_k=16)
 CLUSTER_16_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 40 * 40]
+# The same cut summed in the push form: each CTA stores its sums into the owners' shared memory, one barrier.
+PUSH_16 = replace(CLUSTER_16, push=True)
+# The long-K winners' tiling (16x16, 8 K-warps, k_unroll 2) over a 16-CTA cluster, pushed: the GPU tests' only.
+PUSH_16_K8 = cfg(bm=16, bn=16, warps_m=1, warps_n=2, warps_k=8, k_unroll=2, cluster_k=16, push=True)
 GRID_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 80 * 100]
 
 # Sources of the committed H200 store (benchmarks/stores), measured before cluster_k existed: their configs must
@@ -160,6 +164,30 @@ def test_a_16_cta_cluster_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate(FAMILY, CLUSTER_16, tmp_path, CLUSTER_16_SHAPES)
 
 
+def test_push_sums_the_cluster_into_each_owners_shared_memory_behind_one_barrier():
+    source, pulled = FAMILY.render(PUSH_16), FAMILY.render(CLUSTER_16)
+    for text in ("barrier.cluster.arrive.relaxed.aligned", "st.shared::cluster.v2.f32", "cluster_wait();  // every CTA",
+                 "push        = True", "K reduction (4 K-warps x 16 CTAs, pushed)", "cudaLaunchAttributeClusterDimension",
+                 "cudaFuncAttributeNonPortableClusterSizeAllowed, 1"):
+        assert text in source, text
+    assert source.count("cluster_sync();") == 1 and "ld_cluster_f2(base" not in source  # one barrier, no remote reads
+    assert pulled.count("cluster_sync();") == 2 and "st.shared::cluster" not in pulled
+    assert config_name(FAMILY, PUSH_16).endswith("-cluster_k16-push1")
+    # every K-warp's partial (4 x 16x16 fp32), the inbox (16 CTAs x 8 pairs of 8 B), the flag
+    assert PUSH_16.reduce_smem_bytes == 4 * 16 * 16 * 4 + 16 * 8 * 8 + 16
+    assert "with cluster_k = 1 there is none" in FAMILY.prune(cfg(push=True), "sm_90a")
+    assert "with grid_k" in FAMILY.prune(replace(GRID_2_CLUSTER_4, push=True), "sm_90a")
+    assert "thread-block clusters" in FAMILY.prune(PUSH_16, "sm_80")
+
+
+@pytest.mark.nvcc
+def test_push_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
+    """16 CTAs of a cluster at once, each its own shared memory (poisoned): a store into the wrong row of an inbox, or
+    the sums read before the barrier, leave NaN or wrong pairs."""
+    family_checks.compile_sample(FAMILY, [PUSH_16, PUSH_16_K8], tmp_path / "build")
+    family_checks.emulate(FAMILY, PUSH_16, tmp_path, CLUSTER_16_SHAPES)
+
+
 @pytest.mark.nvcc
 def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tmp_path):
     family_checks.compile_sample(FAMILY, [GRID_2_CLUSTER_4], tmp_path / "build")
@@ -256,9 +284,9 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED],
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8],
                          ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}"
-                                       f"-t{int(c.stage_c)}-{c.acc.value}")
+                                       f"-t{int(c.stage_c)}-p{int(c.push)}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
