@@ -14,7 +14,11 @@ Built from kernels/seed/mma_multistage.cu (verified on an H200) and generalised;
                  sums them in split order (deterministic, no atomics); or, with reduce=cluster (sm_90 only), the
                  ranges of a tile launched as one thread-block cluster that sums them in the same order through
                  distributed shared memory: no workspace, no second kernel (up to 16 ranges; over 8 the kernel opts
-                 in to non-portable cluster sizes); or, with reduce=last (any arch), the CTA that arrives last at
+                 in to non-portable cluster sizes); with reduce=push the same cluster sums in the push form: after a
+                 cluster barrier every CTA stores its partial rows straight into the shared memory of the CTA that
+                 sums them, and after a second one each CTA adds its rows from its own memory (no remote reads:
+                 graph_gap priced a pulled 16-way cluster cut at 3.57 us, a pushed one at 1.99, on an H100); or,
+                 with reduce=last (any arch), the CTA that arrives last at
                  its tile's ticket sums the tile's partials from the workspace in the same launch (no second kernel
                  up to MAX_TICKETS tiles); with pdl (sm_90 only) the workspace reduction is launched with
                  programmatic dependent launch: it starts while the GEMM finishes and waits for its partials in place
@@ -65,6 +69,7 @@ class Reduce(str, Enum):
 
     WORKSPACE = "workspace"  # fp32 slabs in the workspace, then a second kernel (any arch)
     CLUSTER = "cluster"  # the K ranges of a tile form one thread-block cluster and sum through its shared memory (sm_90)
+    PUSH = "push"  # the same cluster, each CTA storing its partial rows into the shared memory of the CTA that sums them
     LAST = "last"  # fp32 slabs in the workspace, summed per tile by its last CTA to arrive, in the same launch (any arch)
 
 
@@ -92,6 +97,11 @@ class Sm80Config:
         return 32 * self.warps_m * self.warps_n
 
     @property
+    def sums_in_cluster(self) -> bool:
+        """Whether split-K's partials are summed in a thread-block cluster (reduce=cluster, or pushed: reduce=push)."""
+        return self.reduce in (Reduce.CLUSTER, Reduce.PUSH)
+
+    @property
     def warp_m(self) -> int:
         return self.bm // self.warps_m
 
@@ -102,9 +112,14 @@ class Sm80Config:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory: STAGES x (A slice + B slice) halves; with the cluster reduction at least the
-        parked fp32 tile (BM rows of BN + RED_PAD floats), which reuses the stages once the K loop is done."""
+        parked fp32 tile (BM rows of BN + RED_PAD floats), which reuses the stages once the K loop is done; pushed,
+        the inbox of every range's rows that a CTA sums (at most BM + split_k - 1 rows), over the stages too."""
         pipeline = self.stages * (self.bm + self.bn) * self.bk * 2
-        return max(pipeline, self.bm * (self.bn + RED_PAD) * 4) if self.reduce is Reduce.CLUSTER else pipeline
+        if self.reduce is Reduce.CLUSTER:
+            return max(pipeline, self.bm * (self.bn + RED_PAD) * 4)
+        if self.reduce is Reduce.PUSH:
+            return max(pipeline, (self.bm + self.split_k - 1) * (self.bn + RED_PAD) * 4)
+        return pipeline
 
     @property
     def chunks_per_thread(self) -> int:
@@ -169,7 +184,7 @@ class Sm80Family:
                     f"slices are {cfg.bm * chunks} and {cfg.bn * chunks} 16-byte chunks for {cfg.threads} threads")
         if cfg.reduce is Reduce.LAST and cfg.split_k == 1:
             return "the last-arrival reduction sums split-K partials: split_k=1 has none (use reduce=workspace)"
-        if cfg.reduce is Reduce.CLUSTER:
+        if cfg.sums_in_cluster:
             if not arch.startswith("sm_90"):
                 return f"the cluster reduction needs thread-block clusters and distributed shared memory (sm_90), not {arch}"
             if cfg.split_k == 1:
@@ -183,7 +198,7 @@ class Sm80Family:
             if not _reduces_in_workspace(cfg):
                 return "pdl starts split-K's reduction kernel early: only split_k > 1 with reduce=workspace has one"
         if cfg.smem_bytes > block_smem:
-            parked = " or the parked fp32 tile" if cfg.reduce is Reduce.CLUSTER else ""
+            parked = " or the parked fp32 tile" if cfg.sums_in_cluster else ""
             return (f"shared memory {cfg.smem_bytes} B ({cfg.stages} stages x ({cfg.bm}+{cfg.bn}) x {cfg.bk} halves"
                     f"{parked}) over the {block_smem} B per-block limit of {arch}")
         regs = cfg.est_registers
@@ -205,7 +220,7 @@ class Sm80Family:
         return None
 
     def tiling(self, cfg: Sm80Config) -> Tiling:
-        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.reduce is Reduce.CLUSTER,
+        return Tiling(cfg.bm, cfg.bn, cfg.bk, cfg.split_k, cluster_reduce=cfg.sums_in_cluster,
                       last_arrival=cfg.reduce is Reduce.LAST)
 
     def like_cublaslt(self, lt: LtAlgo) -> list[Sm80Config]:
@@ -291,14 +306,19 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
         **dict.fromkeys(("last_arrival", "load_partial"), ""),  # nor of the last-arrival code
         **(_PDL_PARTS if cfg.pdl else _PLAIN_PARTS),
     }
-    if cfg.reduce is Reduce.CLUSTER:
+    if cfg.sums_in_cluster:
         constant_rows += [
             ("bool", "CLUSTER_REDUCE", "true", "split-K partials summed in the cluster's shared memory"),
             ("int", "RED_LD", str(cfg.bn + RED_PAD), "row stride (floats) of the fp32 tile parked for that sum"),
         ]
         tile = "(size_t)BM * RED_LD * sizeof(float)"  # the parked fp32 tile, over the stages
-        values.update(_CLUSTER_PARTS, ptx=cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX,
-                      smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
+        ptx = cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX
+        if cfg.reduce is Reduce.PUSH:
+            tile = "(size_t)(BM + SPLIT_K - 1) * RED_LD * sizeof(float)"  # the inbox: every range's rows it sums
+            ptx += cuda_parts.CLUSTER_PUSH_PTX
+        values.update(_CLUSTER_PARTS, ptx=ptx, smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
+        if cfg.reduce is Reduce.PUSH:
+            values.update(_PUSH_PARTS)
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = cuda_parts.non_portable_opt_in("sm80_hgemm_kernel<kAligned>", "grid.z") \
             if cfg.split_k > MAX_PORTABLE_CLUSTER else ""
@@ -438,6 +458,58 @@ int launch_cluster(dim3 grid, const half* A, const half* B, half* C, int M, int 
     "workspace_guard": "!CLUSTER_REDUCE && ",
 }
 
+# reduce=push: the cluster's sum in the push form (the slots that differ from _CLUSTER_PARTS).
+_PUSH_PARTS = {
+    "cluster_epilogue": r"""// Split-K summed inside the thread-block cluster, pushed: grid.z = the plan's K ranges = the cluster size. After a
+// cluster barrier (every CTA is past its K loop, so its stages are free) each CTA stores its fp32 rows into the
+// shared memory of the CTA that sums them (row r: CTA r % ranges, in the inbox row of this CTA's rank); after a
+// second barrier CTA r adds rows r, r + ranges, ... over the CTAs 0, 1, ... in that order (bitwise the pulled form's
+// sums) from its own shared memory and stores them. No CTA reads another's memory. No workspace, one kernel.
+__device__ __forceinline__ void cluster_push_store(const AccFrag (&acc)[MI][NI], half* __restrict__ C, int M, int N,
+                                                   bool vec, int m0, int n0, int wm, int wn, int lane, float* inbox) {
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int splits = (int)gridDim.z;
+    const int rank = (int)cluster_ctarank();
+    const int rpc = (BM + splits - 1) / splits;  // inbox rows per range: [splits][rpc][RED_LD] floats
+    const uint32_t base = smem_addr(inbox);
+    cluster_sync();  // every CTA has left its K loop: its stages, which the inbox overlays, may be written
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+            float v[4];
+            acc_to_float(acc[mi][ni], v);
+            const int c = wn * WARP_N + ni * 8 + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the m16 tile
+                const int r = wm * WARP_M + mi * 16 + g + 8 * h;
+                const uint32_t addr = base + (uint32_t)(((rank * rpc + r / splits) * RED_LD + c) * sizeof(float));
+                st_cluster_f2(addr, (uint32_t)(r % splits), make_float2(v[2 * h], v[2 * h + 1]));
+            }
+        }
+    cluster_sync();  // every CTA's rows are in their owners' inboxes
+    const int rows = (BM - rank + splits - 1) / splits;  // rows rank, rank + splits, ... below BM
+    for (int i = threadIdx.x; i < rows * (BN / 2); i += THREADS) {
+        const int lr = i / (BN / 2), c = 2 * (i % (BN / 2));
+        float2 sum = *reinterpret_cast<const float2*>(inbox + lr * RED_LD + c);
+        for (int z = 1; z < splits; ++z) {
+            const float2 p = *reinterpret_cast<const float2*>(inbox + (z * rpc + lr) * RED_LD + c);
+            sum.x += p.x;
+            sum.y += p.y;
+        }
+        store_pair(C, M, N, vec, m0 + rank + lr * splits, n0 + c, sum.x, sum.y);
+    }
+}
+
+""",
+    "cluster_call": r"""if (gridDim.z > 1) {  // split-K: summed in the cluster (cluster_push_store), never in the workspace
+        cluster_push_store(acc, C, M, N, vec_store != 0, m0, n0, wm, wn, lane, reinterpret_cast<float*>(smem_raw));
+        return;
+    }
+    """,
+}
+
 
 # pdl=False renders as sources did before the field existed (their stored results stay theirs).
 _PLAIN_PARTS = {
@@ -474,6 +546,14 @@ Split-K (at most {cfg.split_k} ranges), summed by each tile's last block to arri
   to workspace[z][M][N], fences and takes its tile's ticket (the library's own device memory); the block that
   draws the last one resets it, fences and sums the tile over the ranges in order z = 0, 1, ... (deterministic)
   into C, in the same launch. Over MAX_TICKETS = {cuda_parts.MAX_TICKETS} tiles, splitk_reduce sums them afterwards instead."""
+    if cfg.reduce is Reduce.PUSH:
+        return f"""\
+Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster, pushed (sm_90)
+  Each grid.z index owns a contiguous range of K slices (the plan drops empty ranges); the ranges of one output
+  tile are launched as one cluster (cudaLaunchKernelEx, cluster dims 1 x 1 x ranges{_non_portable_text(cfg)}). After a cluster
+  barrier each CTA stores its fp32 rows into the shared memory of the CTA that sums them (row r: CTA r % ranges);
+  after a second one CTA r adds rows r, r + ranges, ... over the CTAs in rank order (deterministic) from its own
+  shared memory and writes them to C. No CTA reads another's memory; no workspace and no second kernel."""
     if cfg.reduce is Reduce.CLUSTER:
         return f"""\
 Split-K (at most {cfg.split_k} ranges), summed in a thread-block cluster (sm_90)

@@ -28,7 +28,8 @@ def cfg(**changes) -> Sm80Config:
 # and with 16 (over the portable cluster size: the tiny-output long-K shapes' tiling, e.g. 64x64x16384); the workspace
 # reduction launched with PDL (sm_90a only; the tiling of the grid's workspace split-K winners, e.g. 128x128x2048).
 # Stages 6 and 8 (the pipeline's ring of buffers at a count that is no power of two, and the deepest) on two of them.
-# The long-K tiling with 16 ranges summed by each tile's last block to arrive (any arch).
+# The long-K tiling with 16 ranges summed by each tile's last block to arrive (any arch). The 4-range cluster and
+# the long-K winners' tiling (16x32x64, 8 stages) over 16 ranges, both summed in the push form (sm_90a only).
 SAMPLE = [
     DEFAULT,
     cfg(bn=256),
@@ -39,8 +40,11 @@ SAMPLE = [
     cfg(bm=16, bn=64, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.CLUSTER),
     cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=8, split_k=8, group_m=4, pdl=True),
     cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=5, split_k=16, group_m=4, reduce=Reduce.LAST),
+    cfg(bm=64, bn=64, warps_m=2, warps_n=2, stages=3, split_k=4, reduce=Reduce.PUSH),
+    cfg(bm=16, bn=32, bk=64, warps_m=1, warps_n=2, stages=8, split_k=16, group_m=16, reduce=Reduce.PUSH),
 ]
-LAST = SAMPLE[-1]
+LAST = SAMPLE[8]
+PUSH = SAMPLE[10]
 
 
 def test_every_space_value_renders():
@@ -73,6 +77,8 @@ def test_default_is_the_seed_tiling_and_valid_everywhere():
     (cfg(bm=64, bn=64, bk=64, stages=5, warps_m=2, warps_n=2, min_blocks=2), "sm_86", "per SM of sm_86"),
     (DEFAULT, "sm_75", "no shared-memory model"),
     (cfg(split_k=4, reduce=Reduce.CLUSTER), "sm_80", "needs thread-block clusters"),
+    (cfg(split_k=4, reduce=Reduce.PUSH), "sm_80", "needs thread-block clusters"),
+    (cfg(reduce=Reduce.PUSH), "sm_90a", "split_k=1 has none"),
     (cfg(reduce=Reduce.CLUSTER), "sm_90a", "split_k=1 has none"),
     (cfg(split_k=32, reduce=Reduce.CLUSTER), "sm_90a", "over the 16 that sm_90 schedules"),
     (cfg(split_k=4, pdl=True), "sm_80", "needs sm_90"),
@@ -170,7 +176,7 @@ def test_last_arrival_sums_each_tile_in_the_launch_and_leaves_older_configs_as_r
     assert "cudaLaunchAttributeClusterDimension" not in source and check_source(source) == []
     assert FAMILY.prune(LAST, "sm_80") is None and config_name(FAMILY, LAST).endswith("-reducelast")
     assert FAMILY.tiling(LAST) == Tiling(16, 32, 64, 16, last_arrival=True)
-    for other in SAMPLE[:-1]:
+    for other in (c for c in SAMPLE if c is not LAST):
         assert "g_tickets" not in FAMILY.render(other) and "load_partial" not in FAMILY.render(other)
 
 
@@ -188,21 +194,35 @@ def test_sample_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate_many(FAMILY, SAMPLE, tmp_path)
 
 
+def test_push_stores_into_the_owners_shared_memory_and_reads_only_its_own():
+    source = FAMILY.render(PUSH)
+    for text in ("cluster_push_store(acc, C", "st.shared::cluster.v2.f32", "summed in a thread-block cluster, pushed",
+                 "(size_t)(BM + SPLIT_K - 1) * RED_LD * sizeof(float)", "cudaLaunchAttributeClusterDimension"):
+        assert text in source, text
+    assert "ld_cluster_f2(addr" not in source and "cluster_reduce_store(acc" not in source
+    assert PUSH.smem_bytes == 4 * (16 + 32) * 64 * 2 * 2  # 8 stages: over the inbox, (16 + 15) x (32 + 4) floats
+    assert SAMPLE[9].smem_bytes == max(3 * (64 + 64) * 32 * 2, (64 + 3) * (64 + 4) * 4)
+    assert FAMILY.tiling(PUSH).cluster_reduce and config_name(FAMILY, PUSH).endswith("-reducepush")
+
+
 @pytest.mark.nvcc
-def test_cluster_workspace_and_last_arrival_reductions_sum_alike_in_the_cpu_emulator(tmp_path):
-    """All three sum the K ranges' fp32 partials in range order: the same C, to the bit (so the same error). The
+def test_cluster_workspace_last_arrival_and_push_reductions_sum_alike_in_the_cpu_emulator(tmp_path):
+    """All four sum the K ranges' fp32 partials in range order: the same C, to the bit (so the same error). The
     last arrival is called twice (the emulator runs the blocks in a new order each launch): a ticket left behind,
     or a sum in arrival order, would change the second call's C."""
     from tests.kernels import emulator
 
     cluster = SAMPLE[4]
     runs = {}
-    for c in (cluster, replace(cluster, reduce=Reduce.WORKSPACE), replace(cluster, reduce=Reduce.LAST)):
+    for c in (cluster, replace(cluster, reduce=Reduce.WORKSPACE), replace(cluster, reduce=Reduce.LAST),
+              replace(cluster, reduce=Reduce.PUSH)):
         (tmp_path / c.reduce.value).mkdir()
         exe = emulator.build(FAMILY.render(c), c.acc, tmp_path / c.reduce.value)
         runs[c.reduce] = [emulator.run(exe, m, n, k, offsets, calls=2) for m, n, k, offsets in family_checks.EMU_SHAPES]
-    for a, b, last in zip(runs[Reduce.CLUSTER], runs[Reduce.WORKSPACE], runs[Reduce.LAST], strict=True):
-        assert a.rc == b.rc == last.rc == 0 and (a.rel_err, a.max_abs) == (b.rel_err, b.max_abs)
+    for a, b, last, push in zip(runs[Reduce.CLUSTER], runs[Reduce.WORKSPACE], runs[Reduce.LAST], runs[Reduce.PUSH],
+                                strict=True):
+        assert a.rc == b.rc == last.rc == push.rc == 0 and (a.rel_err, a.max_abs) == (b.rel_err, b.max_abs)
+        assert (push.rel_err, push.max_abs, push.workspace_bytes) == (a.rel_err, a.max_abs, 0)
         assert (last.rel_err, last.max_abs) == (b.rel_err, b.max_abs) and last.mismatch == 0
         assert a.workspace_bytes == 0 and last.workspace_bytes == b.workspace_bytes  # the cluster's stay on chip
 
