@@ -514,7 +514,7 @@ def _coverage_md(entries: Sequence[Entry]) -> str:
 def render(scope: ReportScope, entries: Sequence[Entry], reference: Sequence[Entry] | None = None) -> str:
     """The whole report as markdown (pasteable into benchmarks/RESULTS.md). `reference`: the same rows collected in
     `scope.against` (offline unless asked); for a report in another mode, it adds what the mode changes (section
-    "Against offline")."""
+    "Against offline", or the mode asked)."""
     missing = [e for e in entries if e.result is None]
     unpaired = [e for e in entries if e.unpaired]
     accs = ", ".join(sorted({e.task.acc.value for e in entries}))
@@ -532,7 +532,8 @@ def render(scope: ReportScope, entries: Sequence[Entry], reference: Sequence[Ent
         + _twins_note(scope.twins) + _chosen_on_note(scope.chosen_on, scope.gpu),
         _coverage_md(entries),
         "#### Targets",
-        _targets_md([check_target(t, entries) for t in TARGETS], target_caveat([e.task for e in entries], scope.mode, scope.gpu)),
+        _targets_md([check_target(t, entries) for t in TARGETS],
+                    target_caveat([e.task for e in entries], scope.mode, scope.gpu)),
         "#### By size bucket",
         _buckets_md(bucket_summaries(entries)),
     ]

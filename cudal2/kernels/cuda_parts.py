@@ -157,10 +157,11 @@ __device__ __forceinline__ void all_arrived(unsigned int* ticket, unsigned int a
 }
 """
 
-# The push-form cluster sum (the small family's push): a split-phase cluster barrier, whose first phase is arrived at
-# (relaxed: it orders nothing) when a CTA starts and waited on only before the CTAs write into one another's shared
-# memory, so that every CTA is known to run by then at no cost; and an 8-byte store into another CTA's shared memory
-# (mapa turns our address into theirs). The second phase is cluster_sync (CLUSTER_PTX).
+# The push-form cluster sums (the small family's push, sm80's reduce=push): an 8-byte store into another CTA's shared
+# memory (mapa turns our address into theirs); and a split-phase cluster barrier, whose first phase the small family
+# arrives at (relaxed: it orders nothing) when a CTA starts and waits on only before the CTAs write into one another's
+# shared memory, so that every CTA is known to run by then at no cost (sm80 stores only after a whole cluster_sync,
+# since its inbox overlays the pipeline stages). The second phase is cluster_sync (CLUSTER_PTX).
 CLUSTER_PUSH_PTX = """\
 __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\\n" ::: "memory");
