@@ -190,9 +190,9 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--cublas-kernels", default=None, metavar="REPORT", help="with --strategy cublaslt: also follow "
                     "the kernels cuBLAS's heuristic runs per shape, from benchmarks/cublas_graph.cu's output (e.g. "
                     "benchmarks/cublas_kernels_h200.txt)")
-    tu.add_argument("--configs", default=None, metavar="FILE", help="with --strategy given: the configs to measure, "
-                    "one name per line as the tuner prints them (e.g. small-bm16-bn16-warps_m1-warps_n2-warps_k8-"
-                    "k_unroll2-accfp32-grid_k8); # starts a comment")
+    tu.add_argument("--configs", nargs="+", default=None, metavar="FILE", help="with --strategy given: the configs "
+                    "to measure, one name per line as the tuner prints them (e.g. small-bm16-bn16-warps_m1-warps_n2-"
+                    "warps_k8-k_unroll2-accfp32-grid_k8); # starts a comment; several files: all their names, each once")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -212,7 +212,7 @@ def cmd_tune(args) -> int:
             target_ms=args.target_ms, compile_workers=args.jobs, worst=args.worst, won_only=args.won_only, sms=args.sms,
             plan_as=args.plan_as, vary=tuple(args.vary), retry=frozenset(Status(r) for r in args.retry),
             cublas_kernels=Path(args.cublas_kernels) if args.cublas_kernels else None,
-            given=tune.read_config_names(args.configs) if args.configs else ())
+            given=tune.read_config_lists(args.configs) if args.configs else ())
         summary = tune.run(options, tasks)
     except (tune.TuneInputError, StoreError) as e:
         raise UsageError(str(e)) from None

@@ -214,6 +214,12 @@ def read_config_names(path: str | Path) -> tuple[str, ...]:
     return names
 
 
+def read_config_lists(paths: Sequence[str | Path]) -> tuple[str, ...]:
+    """The config names of several files (read_config_names), in file order; a name in two files is kept once, where
+    it first appears."""
+    return tuple(dict.fromkeys(name for path in paths for name in read_config_names(path)))
+
+
 def prune_category(reason: str) -> str:
     """A prune reason with its numbers masked, so that reasons of one kind count together."""
     return re.sub(r"\d+", "#", reason)

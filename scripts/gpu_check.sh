@@ -32,7 +32,7 @@
 #           (e.g. "small sm80_mma"; default all), with NEIGHBOURS_WON_ONLY=1 only on the shapes those families win,
 #           after NEIGHBOURS_SEED_MINUTES (default 0) of `--strategy transfer` of those families onto all these shapes
 #           (an incumbent of theirs to step from where they never ran),
-#           with GIVEN_CONFIGS (a file of config names, e.g. benchmarks/given/long_k_small.txt) GIVEN_MINUTES (5) of
+#           with GIVEN_CONFIGS (files of config names, space-separated, e.g. benchmarks/given/long_k_small.txt) GIVEN_MINUTES (5) of
 #           `--strategy given` on GIVEN_SHAPES (data/grid.csv) with 2^GIVEN_MIN_LOG2_MNK (0) <= MNK <
 #           2^GIVEN_MAX_LOG2_MNK (64) and GIVEN_MIN_K <= K <= GIVEN_MAX_K (default: any K),
 #           CUBLASLT_MINUTES (default 0) of `--strategy cublaslt` on the CUBLASLT_WORST (100) slowest shapes of
@@ -256,7 +256,8 @@ if [[ $what == grid ]]; then
   if [[ -n ${GIVEN_CONFIGS:-} ]]; then  # configs listed by hand (benchmarks/given/*.txt) on a range of shapes
     mnk_subset "${GIVEN_SHAPES:-data/grid.csv}" "${GIVEN_MIN_LOG2_MNK:-0}" "${GIVEN_MAX_LOG2_MNK:-64}" \
       /tmp/grid-out/given.csv "${GIVEN_MAX_K:-0}" "${GIVEN_MIN_K:-0}"
-    grid_tune --shapes /tmp/grid-out/given.csv --strategy given --configs "$GIVEN_CONFIGS" \
+    # shellcheck disable=SC2086  # GIVEN_CONFIGS: one file or several, space-separated
+    grid_tune --shapes /tmp/grid-out/given.csv --strategy given --configs $GIVEN_CONFIGS \
       --budget-minutes "${GIVEN_MINUTES:-5}" --max-configs 1000
   fi
   if [[ ${CUBLASLT_MINUTES:-0} != 0 ]]; then  # the configs nearest to cuBLASLt's own choice, where we lose most

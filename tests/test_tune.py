@@ -707,6 +707,28 @@ def test_read_config_names_skips_comments_and_blank_lines(tmp_path):
         tune.read_config_names(listed)
 
 
+def test_several_config_lists_give_each_name_once_in_file_order(tmp_path):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8\nsm80_mma-x\n")
+    second.write_text("sm80_mma-x\nsmall-bm32\n")
+    assert tune.read_config_lists([first, second]) == (
+        "small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8", "sm80_mma-x", "small-bm32")
+    with pytest.raises(tune.TuneInputError, match="cannot read it"):
+        tune.read_config_lists([first, tmp_path / "missing.txt"])
+
+
+@pytest.mark.nvcc
+def test_cli_given_takes_several_config_files(capsys, tmp_path):
+    grid_k = "small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8"
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text(f"{grid_k}\n")
+    second.write_text(f"{grid_k}\nsmall-bm16-bn16-warps_m1-warps_n2-warps_k4-k_unroll2-accfp32-cluster_k16-push1\n")
+    code, out, err = run_cli(capsys, "tune", "--mnk", "64_64_4096", "--strategy", "given", "--configs", str(first),
+                             str(second), "--compile-only", "--db", str(tmp_path / "r.sqlite"), "--jobs", "1")
+    assert code == 0, err
+    assert "2 configs (2 sent in 2 jobs" in out and "cluster_k16-push1" in out
+
+
 def test_the_committed_config_lists_name_configs_worth_compiling():
     for listed in sorted((ROOT / "benchmarks" / "given").glob("*.txt")):
         names = tune.read_config_names(listed)
