@@ -1,9 +1,10 @@
 // graph_gap.cu: what one node costs in the evaluator's offline timing (CUDA-graph replay of R back-to-back calls).
 // It prices the pieces a kernel design can add to a call: a second kernel (split-K's workspace reduction), a
-// memset node (zeroing split-K counters), a last-arrival cut with each fence flavour (the small family's grid_k), a
-// thread-block cluster launch (cluster reduction), the cold-input
-// floor of a tiny GEMM call, a cooperative launch whose CTAs wait for one another (the small family's spread), and
-// what the store pattern costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows). No cuBLAS, no cudal2 code: build and run with
+// memset node (zeroing split-K counters), a last-arrival cut with each fence flavour (the small family's grid_k), the
+// same cut summed in a thread-block cluster (pulled and pushed), a cluster launch, the cold-input floor of a tiny GEMM
+// call, a cooperative launch whose CTAs wait for one another (the small family's spread), and what the store pattern
+// costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows). No cuBLAS, no cudal2 code: build
+// and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
 //

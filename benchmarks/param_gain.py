@@ -48,11 +48,18 @@ class ParamError(ValueError):
 
 @dataclass(frozen=True)
 class Pair:
-    """A config with the parameter at the value, its twin at the base, and the gain (twin / config median) per shape."""
+    """A config with the parameter at the value and its twin at the base: their offline medians (us) on the shapes
+    both have."""
 
     config: str
     twin: str
-    gains: dict[Task, float]
+    mine: dict[Task, float]
+    theirs: dict[Task, float]
+
+    @property
+    def gains(self) -> dict[Task, float]:
+        """Per shape, the twin's median over the config's (> 1: the config is faster)."""
+        return {t: self.theirs[t] / us for t, us in self.mine.items()}
 
 
 def parse_value(family: KernelFamily, param: str, text: str) -> Any:
@@ -115,9 +122,9 @@ def pairs_for(db: Path, gpu: str, family: KernelFamily, param: str, value: Any, 
         if twin_name not in configs:
             continue
         mine, theirs = offline_medians(db, source_hash, gpu), offline_medians(db, configs[twin_name][0], gpu)
-        gains = {t: theirs[t] / mine[t] for t in mine.keys() & theirs.keys() & tasks}
-        if gains:
-            out.append(Pair(name, twin_name, gains))
+        shared = mine.keys() & theirs.keys() & tasks
+        if shared:
+            out.append(Pair(name, twin_name, {t: mine[t] for t in shared}, {t: theirs[t] for t in shared}))
     return out
 
 
@@ -138,24 +145,16 @@ def summary(pairs: list[Pair], label: str) -> str:
     return "\n".join(lines)
 
 
-def best_against_best(db: Path, gpu: str, pairs: list[Pair]) -> str:
+def best_against_best(pairs: list[Pair]) -> str:
     """Per shape that a pair covers: the fastest twin's median over the fastest config's (both sides' configs only)."""
     best: dict[Task, list[float]] = {}
-    medians = {name: offline_medians(db, h, gpu) for name, h in _hashes(db, pairs).items()}
     for p in pairs:
-        for t in p.gains:
+        for t, us in p.mine.items():
             side = best.setdefault(t, [math.inf, math.inf])
-            side[0] = min(side[0], medians[p.config][t])
-            side[1] = min(side[1], medians[p.twin][t])
+            side[0], side[1] = min(side[0], us), min(side[1], p.theirs[t])
     ratios = [twin / mine for mine, twin in best.values()]
     return (f"per shape, fastest twin / fastest config over {len(ratios)} shapes: geomean {geomean(ratios):.3f}, "
             f"the config side faster on {sum(r > 1 for r in ratios)}")
-
-
-def _hashes(db: Path, pairs: list[Pair]) -> dict[str, str]:
-    names = {n for p in pairs for n in (p.config, p.twin)}
-    with closing(sqlite3.connect(db)) as conn:
-        return {name: h for h, name in conn.execute("SELECT source_hash, config FROM tune_configs") if name in names}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 if pairs:
                     print(f"{family.name} on {gpu}: {args.param} = {spelled(value)} against {spelled(base)}\n")
                     print(summary(pairs, f"{args.param} = {spelled(value)}"))
-                    print(best_against_best(db, gpu, pairs) + "\n")
+                    print(best_against_best(pairs) + "\n")
     except (ParamError, TuneInputError, StoreError, GpuLabelError, OSError) as e:
         print(f"param_gain.py: {e}", file=sys.stderr)
         return 2

@@ -312,7 +312,7 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
         --max-log2-mnk "${REMEASURE_MAX_LOG2_MNK:-64}" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} \
         2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
-        ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" >/dev/null 2>&1 || echo "report sample $mode: exit $?"
+        ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${label}_offline.md" \
       >/dev/null 2>&1

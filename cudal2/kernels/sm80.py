@@ -312,13 +312,11 @@ ldmatrix.x4: A 16x16 tile: lane l addresses row l % 16, chunk l / 16 -> a0..a3. 
             ("int", "RED_LD", str(cfg.bn + RED_PAD), "row stride (floats) of the fp32 tile parked for that sum"),
         ]
         tile = "(size_t)BM * RED_LD * sizeof(float)"  # the parked fp32 tile, over the stages
-        ptx = cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX
+        ptx, parts = cuda_parts.ASYNC_COPY_PTX + cuda_parts.CLUSTER_PTX, _CLUSTER_PARTS
         if cfg.reduce is Reduce.PUSH:
             tile = "(size_t)(BM + SPLIT_K - 1) * RED_LD * sizeof(float)"  # the inbox: every range's rows it sums
-            ptx += cuda_parts.CLUSTER_PUSH_PTX
-        values.update(_CLUSTER_PARTS, ptx=ptx, smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
-        if cfg.reduce is Reduce.PUSH:
-            values.update(_PUSH_PARTS)
+            ptx, parts = ptx + cuda_parts.CLUSTER_PUSH_PTX, {**_CLUSTER_PARTS, **_PUSH_PARTS}
+        values.update(parts, ptx=ptx, smem_bytes=f"({_PIPELINE_SMEM} > {tile} ? {_PIPELINE_SMEM} : {tile})")
         # Only configs over the portable size carry the opt-in: the others keep their stored sources byte for byte.
         opt_in = cuda_parts.non_portable_opt_in("sm80_hgemm_kernel<kAligned>", "grid.z") \
             if cfg.split_k > MAX_PORTABLE_CLUSTER else ""

@@ -517,7 +517,7 @@ _PARK = """    extern __shared__ __align__(128) unsigned char smem_raw[];
             park[(j + 1) * 32 + lane] = make_float2(v[2], v[3]);  // row g + 8
         }
 """
-_PARKED_EPILOGUE = string.Template(_PARK.replace("$", "$$") + """    $park_sync
+_PARKED_EPILOGUE = string.Template(_PARK + """    $park_sync
     const bool vec = vec_store != 0;
     const int rank = $rank;  // this CTA's share of the pairs: rank * THREADS + i, + CLUSTER_K * THREADS, ...
 $sum_setup    for (int e = rank * THREADS + (int)threadIdx.x; e < PAIRS; e += CLUSTER_K * THREADS) {
