@@ -3,7 +3,8 @@
 // memset node (zeroing split-K counters), a last-arrival cut with each fence flavour (the small family's grid_k), the
 // same cut summed in a thread-block cluster (pulled and pushed), a cluster launch, the cold-input floor of a tiny GEMM
 // call, a cooperative launch whose CTAs wait for one another (the small family's spread), and what the store pattern
-// costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows). No cuBLAS, no cudal2 code: build
+// costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows), and the memory traffic alone of a
+// short-K wide call (1024x4096x64) in three tilings. No cuBLAS, no cudal2 code: build
 // and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
@@ -176,6 +177,37 @@ __global__ void store_rows_kernel(int4* C) {
   }
 }
 
+// A short-K wide call's traffic without its math, where the families lose to cuBLAS (1024x4096x64: 0.93x on the H200,
+// an 8 MiB output from 640 KiB of inputs): each CTA reads its BM x 64 rows of A and BN x 64 rows of B (16-byte loads,
+// into shared memory), then writes its BM x BN tile of C as 16-byte row chunks, each made from loaded values (no store
+// can start before the loads land). With LOAD false it only writes. Offline timing rotates 32 sets of A, B and C
+// (8.6 MB each, 276 MB in all: past L2), as the harness does for this shape. What this takes is the floor a short-K
+// kernel's memory traffic sets; a kernel near it would beat cuBLAS by cuBLAS / floor.
+constexpr int WIDE_M = 1024, WIDE_N = 4096, WIDE_K = 64, WIDE_SETS = 32;
+constexpr size_t WIDE_A = (size_t)WIDE_M * WIDE_K / 8, WIDE_B = (size_t)WIDE_N * WIDE_K / 8;  // int4s (8 halves)
+constexpr size_t WIDE_SET = WIDE_A + WIDE_B + (size_t)WIDE_M * WIDE_N / 8;                     // int4s per set
+template <int BM, int BN, bool LOAD>
+__global__ void __launch_bounds__(256) wide_tile_kernel(const int4* set) {
+  __shared__ int4 a[BM * WIDE_K / 8], b[BN * WIDE_K / 8];
+  int4* C = const_cast<int4*>(set) + WIDE_A + WIDE_B;
+  if (LOAD) {
+    const int4* at = set + (size_t)blockIdx.y * BM * (WIDE_K / 8);
+    const int4* bt = set + WIDE_A + (size_t)blockIdx.x * BN * (WIDE_K / 8);
+    for (int i = threadIdx.x; i < BM * WIDE_K / 8; i += blockDim.x) a[i] = at[i];
+    for (int i = threadIdx.x; i < BN * WIDE_K / 8; i += blockDim.x) b[i] = bt[i];
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < BM * BN / 8; c += blockDim.x) {  // chunk j of row r: 8 halves
+    const int r = c / (BN / 8), j = c % (BN / 8);
+    int4 v = make_int4(c, r, j, 0);
+    if (LOAD) {
+      const int4 x = a[(r * 8 + j) % (BM * 8)], y = b[(j * 8 + r) % (BN * 8)];
+      v = make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w);
+    }
+    C[(size_t)(blockIdx.y * BM + r) * (WIDE_N / 8) + blockIdx.x * (BN / 8) + j] = v;
+  }
+}
+
 // A launch of `blocks` CTAs of 128 threads with one launch attribute (a cluster shape, or cooperative).
 template <class... Params, class... Args>
 static void launch_with(cudaLaunchAttribute attr, int blocks, cudaStream_t s, void (*kernel)(Params...), Args... args) {
@@ -248,6 +280,10 @@ int main() {
   int full = 2 * sms;  // two CTAs per SM
   float* work;  // the cut patterns' partials: 256 CTAs x 16x16 fp32
   CK(cudaMalloc(&work, 256 * 256 * sizeof(float)));
+  int4* wide;  // the short-K wide patterns' 32 rotating sets of A, B and C
+  CK(cudaMalloc(&wide, WIDE_SETS * WIDE_SET * sizeof(int4)));
+  CK(cudaMemset(wide, 1, WIDE_SETS * WIDE_SET * sizeof(int4)));
+  auto wide_set = [&](int i) { return (const int4*)(wide + (size_t)(i % WIDE_SETS) * WIDE_SET); };
   half* cut_out;
   CK(cudaMalloc(&cut_out, 32 * 256 * sizeof(half)));  // up to 32 tiles (clusters of 8)
   struct Pattern {
@@ -277,6 +313,18 @@ int main() {
        }},
       {"store_2MiB_16B_rows", [&](int i) {
          store_rows_kernel<<<dim3(16, 32), 64, 0, s>>>((int4*)(sets + (size_t)(i % SETS) * SET_BYTES));
+       }},
+      {"wide_1024x4096x64_traffic_128x128_tiles", [&](int i) {
+         wide_tile_kernel<128, 128, true><<<dim3(WIDE_N / 128, WIDE_M / 128), 256, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_traffic_64x128_tiles", [&](int i) {
+         wide_tile_kernel<64, 128, true><<<dim3(WIDE_N / 128, WIDE_M / 64), 128, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_traffic_128x256_tiles", [&](int i) {
+         wide_tile_kernel<128, 256, true><<<dim3(WIDE_N / 256, WIDE_M / 128), 256, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096_store_only_128x128_tiles", [&](int i) {
+         wide_tile_kernel<128, 128, false><<<dim3(WIDE_N / 128, WIDE_M / 128), 256, 0, s>>>(wide_set(i));
        }},
       {"cold_64x64x64_tile_traffic", [&](int i) {
          const char* base = sets + (size_t)(i % SETS) * SET_BYTES;

@@ -307,12 +307,17 @@ print("\n".join([lines[0]] + [x for x in lines[1:] if any(x.startswith(k) for k 
     [[ ! -f $REMEASURE ]] || sample=$REMEASURE
     label=$(basename "${REMEASURE%.csv}")  # names the reports: 1, grid or the CSV's name
     for mode in ${REMEASURE_MODES:-server wallclock}; do
+      # Another GPU's kernels have no offline figure here: a report in another mode sets them against confirm's.
+      against=()
+      [[ -z ${REMEASURE_CHOSEN_ON:-} || $mode == confirm || " ${REMEASURE_MODES:-} " != *" confirm "* ]] \
+        || against=(--against confirm)
       python3 -m cudal2.cli remeasure --shapes "$sample" --mode "$mode" --db "$db" --target-ms 20 \
         ${REMEASURE_MINUTES:+--budget-minutes "$REMEASURE_MINUTES"} ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" \
         --max-log2-mnk "${REMEASURE_MAX_LOG2_MNK:-64}" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} \
         2>&1 | tail -n 5 | tee -a "$OUT/remeasure.log" || rc=1
       python3 -m cudal2.cli report --shapes "$sample" --mode "$mode" --db "$db" --out "/tmp/grid-out/report_${label}_$mode.md" \
-        ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} >/dev/null 2>&1 || echo "report sample $mode: exit $?"
+        ${REMEASURE_TWINS:+--host-cache-twins} --rank "$rank" ${REMEASURE_CHOSEN_ON:+--chosen-on "$REMEASURE_CHOSEN_ON"} \
+        "${against[@]}" >/dev/null 2>&1 || echo "report sample $mode: exit $?"
     done
     python3 -m cudal2.cli report --shapes "$sample" --db "$db" --out "/tmp/grid-out/report_${label}_offline.md" \
       >/dev/null 2>&1
