@@ -4,7 +4,8 @@
 // same cut summed in a thread-block cluster (pulled and pushed), a cluster launch, the cold-input floor of a tiny GEMM
 // call, a cooperative launch whose CTAs wait for one another (the small family's spread), and what the store pattern
 // costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows), and the memory traffic alone of a
-// short-K wide call (1024x4096x64) in three tilings. No cuBLAS, no cudal2 code: build
+// short-K wide call (1024x4096x64) in three tilings, and from persistent CTAs that overlap a tile's stores with the
+// next one's loads. No cuBLAS, no cudal2 code: build
 // and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
@@ -201,10 +202,46 @@ __global__ void __launch_bounds__(256) wide_tile_kernel(const int4* set) {
     const int r = c / (BN / 8), j = c % (BN / 8);
     int4 v = make_int4(c, r, j, 0);
     if (LOAD) {
-      const int4 x = a[(r * 8 + j) % (BM * 8)], y = b[(j * 8 + r) % (BN * 8)];
+      const int4 x = a[(r * 8 + j) % (BM * 8)], y = b[(j * 8 + (r + j) % 8) % (BN * 8)];  // no bank clashes
       v = make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w);
     }
     C[(size_t)(blockIdx.y * BM + r) * (WIDE_N / 8) + blockIdx.x * (BN / 8) + j] = v;
+  }
+}
+
+// The same traffic from persistent CTAs that overlap one tile's stores with the next tile's loads: each CTA walks the
+// tiles blockIdx.x, + gridDim.x, ...; a tile's A and B rows sit in registers (loaded while the previous tile was being
+// stored), go to shared memory, the next tile's loads are issued, and then the tile is stored. The floor a short-K
+// kernel with a load/store pipeline could reach (the tiles' loads no longer wait in line before the first store).
+template <int BM, int BN, int THREADS>
+__global__ void __launch_bounds__(THREADS) wide_pipelined_kernel(const int4* set) {
+  constexpr int ROW = WIDE_K / 8, PER = (BM + BN) * ROW / THREADS;  // int4s per row; int4s per thread per tile
+  constexpr int TILES_N = WIDE_N / BN, TILES = TILES_N * (WIDE_M / BM);
+  __shared__ int4 ab[(BM + BN) * ROW];  // the tile's A rows, then its B rows
+  int4* C = const_cast<int4*>(set) + WIDE_A + WIDE_B;
+  int4 next[PER];
+  auto load = [&](int tile) {
+    const int4* at = set + (size_t)(tile / TILES_N) * BM * ROW;
+    const int4* bt = set + WIDE_A + (size_t)(tile % TILES_N) * BN * ROW;
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const int i = threadIdx.x + p * THREADS;
+      next[p] = i < BM * ROW ? at[i] : bt[i - BM * ROW];
+    }
+  };
+  if (blockIdx.x < TILES) load(blockIdx.x);
+  for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x) {
+    __syncthreads();  // the previous tile's stores have read ab
+#pragma unroll
+    for (int p = 0; p < PER; ++p) ab[threadIdx.x + p * THREADS] = next[p];
+    __syncthreads();
+    if (tile + (int)gridDim.x < TILES) load(tile + gridDim.x);
+    const int tm = tile / TILES_N, tn = tile % TILES_N;
+    for (int c = threadIdx.x; c < BM * BN / 8; c += THREADS) {
+      const int r = c / (BN / 8), j = c % (BN / 8);
+      const int4 x = ab[r * ROW + j % ROW], y = ab[(BM + j) * ROW + (r + j) % ROW];  // no bank clashes
+      C[(size_t)(tm * BM + r) * (WIDE_N / 8) + tn * (BN / 8) + j] = make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w);
+    }
   }
 }
 
@@ -322,6 +359,18 @@ int main() {
        }},
       {"wide_1024x4096x64_traffic_128x256_tiles", [&](int i) {
          wide_tile_kernel<128, 256, true><<<dim3(WIDE_N / 256, WIDE_M / 128), 256, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_pipelined_64x64_tiles_2_per_sm", [&](int i) {
+         wide_pipelined_kernel<64, 64, 128><<<2 * sms, 128, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_pipelined_64x64_tiles_4_per_sm", [&](int i) {
+         wide_pipelined_kernel<64, 64, 128><<<4 * sms, 128, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_pipelined_128x128_tiles_1_per_sm", [&](int i) {
+         wide_pipelined_kernel<128, 128, 256><<<sms, 256, 0, s>>>(wide_set(i));
+       }},
+      {"wide_1024x4096x64_pipelined_64x128_tiles_2_per_sm", [&](int i) {
+         wide_pipelined_kernel<64, 128, 256><<<2 * sms, 256, 0, s>>>(wide_set(i));
        }},
       {"wide_1024x4096_store_only_128x128_tiles", [&](int i) {
          wide_tile_kernel<128, 128, false><<<dim3(WIDE_N / 128, WIDE_M / 128), 256, 0, s>>>(wide_set(i));
