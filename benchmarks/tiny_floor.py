@@ -1,0 +1,150 @@
+"""What does the small family's generality cost at 64^3? Its winner against lean kernels that can do only that shape.
+
+    python3 benchmarks/tiny_floor.py [--repeats 5] [--target-ms 40] [--json OUT] [--compile-only]
+
+The small bucket's target (2x over cuBLAS) needs 64x64x64 in ~1.09 us on the H200, where cuBLAS takes 2.17 and the
+family's winner 1.43; moving the call's bytes alone (graph_gap.cu) takes 0.98. This prices the rest: the winner
+(`small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32`: 8 CTAs of 4 warps, each warp a 16x8 tile of C from
+fragments loaded straight from global memory, two 32-wide K steps) is timed beside hand-written candidates that do the
+same work with everything general stripped: no bounds checks or load-width dispatch, no K loop, M = N = K = 64 fixed at
+compile time (any other shape or a misaligned pointer is refused). The lean kernels differ only in how the 32 warp
+tiles are spread over CTAs: 4 warps x 8 CTAs (the winner's), 1 warp x 32 CTAs, 32 warps x 1 CTA. Every candidate is
+verified as any other (the evaluator's checks), in offline mode, `repeats` fresh evaluations each, their order
+rotated each repeat; nothing is stored. Printed: each candidate's median over the repeats of its median time (us).
+
+If the lean kernels are no faster than the winner, the 0.4 us over the bytes' floor is the mma path and the launch,
+and no kernel of this kind reaches the small target; if they are, a shape-specialised path is worth building.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import string
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from cudal2.kernels import cuda_parts
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator
+from cudal2.sandbox.types import Acc, Status, Task
+from cudal2.tune import FAMILIES, candidate_named
+
+WINNER = "small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32"  # 64^3's H200 leaderboard kernel
+LEAN_WARPS = (4, 1, 32)  # warps per CTA of the lean kernels (32 warp tiles in all)
+TASK = Task(64, 64, 64, Acc.FP32)
+
+LEAN = string.Template(r"""// Lean 64x64x64 HGEMM (benchmarks/tiny_floor.py): C[64,64] = A[64,64] * B[64,64]^T, half in, fp32 accumulate.
+// 32 warps, each a 16x8 tile of C: warp tile w = blockIdx.x * WARPS + warp is rows 16 (w / 8) .., cols 8 (w % 8) ...
+// Lane (g, t) loads 16 bytes of A rows g, g + 8 and of B row g at k = 8t and 32 + 8t and runs four m16n8k16 mma.sync
+// (k permuted identically in A and B, as the small family does). Only this shape: anything else is refused.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace {
+constexpr int WARPS = $warps;  // warps per CTA
+constexpr int S = 64;          // M = N = K
+
+$accumulator
+__global__ void __launch_bounds__(32 * WARPS) lean_kernel(const half* __restrict__ A, const half* __restrict__ B,
+                                                          half* __restrict__ C) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int w = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int row = (w / 8) * 16 + g, n0 = (w % 8) * 8;
+    const uint4* a_lo = reinterpret_cast<const uint4*>(A + row * S + 8 * t);
+    const uint4* a_hi = reinterpret_cast<const uint4*>(A + (row + 8) * S + 8 * t);
+    const uint4* b = reinterpret_cast<const uint4*>(B + (n0 + g) * S + 8 * t);
+    const uint4 l0 = __ldg(a_lo), l1 = __ldg(a_lo + 4), h0 = __ldg(a_hi), h1 = __ldg(a_hi + 4);  // + 4: k + 32
+    const uint4 b0 = __ldg(b), b1 = __ldg(b + 4);
+    AccFrag acc;
+    acc_zero(acc);
+    const uint32_t a0[4] = {l0.x, h0.x, l0.y, h0.y}, a1[4] = {l0.z, h0.z, l0.w, h0.w};  // k 0..31
+    const uint32_t a2[4] = {l1.x, h1.x, l1.y, h1.y}, a3[4] = {l1.z, h1.z, l1.w, h1.w};  // k 32..63
+    const uint32_t k0[2] = {b0.x, b0.y}, k1[2] = {b0.z, b0.w}, k2[2] = {b1.x, b1.y}, k3[2] = {b1.z, b1.w};
+    mma_16816(acc, a0, k0);
+    mma_16816(acc, a1, k1);
+    mma_16816(acc, a2, k2);
+    mma_16816(acc, a3, k3);
+    float v[4];
+    acc_to_float(acc, v);
+    half* c = C + row * S + n0 + 2 * t;
+    *reinterpret_cast<half2*>(c) = __floats2half2_rn(v[0], v[1]);
+    *reinterpret_cast<half2*>(c + 8 * S) = __floats2half2_rn(v[2], v[3]);
+}
+}  // namespace
+
+extern "C" int cudal2_hgemm(const half* A, const half* B, half* C, int M, int N, int K, void* workspace,
+                            size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace;
+    (void)workspace_bytes;
+    const uintptr_t any = reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B) |
+                          reinterpret_cast<uintptr_t>(C);
+    if (M != S || N != S || K != S || any % 16 != 0) return 1;
+    lean_kernel<<<32 / WARPS, 32 * WARPS, 0, stream>>>(A, B, C);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+""")
+
+
+def lean_source(warps: int) -> str:
+    """The lean 64^3 candidate with `warps` warps per CTA (a divisor of 32)."""
+    return LEAN.substitute(warps=warps, accumulator=cuda_parts.accumulator(Acc.FP32))
+
+
+def sources() -> dict[str, str]:
+    """Candidate label -> source: the family's winner as rendered, then the lean kernels."""
+    winner = candidate_named(FAMILIES, WINNER)
+    out = {"winner (small family)": winner.family.render(winner.cfg)}
+    out.update({f"lean, {w} warp(s) x {32 // w} CTA(s)": lean_source(w) for w in LEAN_WARPS})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5, help="fresh evaluations of each candidate")
+    ap.add_argument("--target-ms", type=float, default=40.0, help="timing budget per candidate per evaluation, ms")
+    ap.add_argument("--json", type=Path, default=None, help="write every median here")
+    ap.add_argument("--compile-only", action="store_true", help="compile every candidate for sm_90a; time nothing")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        print("tiny_floor.py: --repeats must be >= 1", file=sys.stderr)
+        return 2
+    evaluator = Evaluator(EvalOptions(fresh=True, baselines=False, target_ms=args.target_ms,
+                                      compile_only=args.compile_only, arch="sm_90a" if args.compile_only else None))
+    cands = sources()
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        prepared = dict(zip(cands, pool.map(lambda s: evaluator.prepare(s, (TASK,)), cands.values()), strict=True))
+    finals = {label: p.final.shapes[0] for label, p in prepared.items() if p.final is not None}
+    expected = Status.COMPILED if args.compile_only else None
+    bad = [f"{label}: {s.status.value}: {s.reason[:200]}" for label, s in finals.items() if s.status is not expected]
+    if args.compile_only or bad:
+        print(f"{len(cands)} candidates: {len(cands) - len(bad)} " + ("compiled" if args.compile_only else "runnable"),
+              *bad, sep="\n")
+        return 1 if bad else 0
+    medians: dict[str, list[float]] = {label: [] for label in cands}
+    failures = []
+    labels = list(cands)
+    for repeat in range(args.repeats):
+        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:  # rotate who goes first
+            shape = evaluator.run(prepared[label]).shapes[0]
+            if shape.status is not Status.OK:
+                failures.append(f"{label} repeat {repeat}: {shape.status.value}: {shape.reason[:160]}")
+                continue
+            medians[label].append(shape.timings["candidate"].median_us)
+            print(f"{label:<34} repeat {repeat} {medians[label][-1]:.3f} us", flush=True)
+    print(f"\n64x64x64 on {evaluator.gpu_label}, offline, {args.repeats} repeats, target_ms {args.target_ms:g}; "
+          f"{len(failures)} evaluations not ok", *failures, sep="\n")
+    print("| candidate | median us | min | max |\n|---|---|---|---|")
+    for label, values in medians.items():
+        if values:
+            print(f"| {label} | {statistics.median(values):.3f} | {min(values):.3f} | {max(values):.3f} |")
+    if args.json:
+        args.json.write_text(json.dumps(medians, indent=1))
+    return 0 if not failures and all(medians.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

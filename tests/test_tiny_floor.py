@@ -1,0 +1,62 @@
+"""benchmarks/tiny_floor.py's candidates: the lean 64^3 kernels are right (CPU emulator), refuse every other shape, and
+compile beside the small family's winner."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudal2.sandbox.types import Acc
+from tests.kernels import emulator
+
+
+@pytest.fixture(scope="module")
+def tiny_floor():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("tiny_floor")
+
+
+def _run(source: str, workdir: Path, *shapes):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not on PATH (the CPU emulator needs it)")
+    exe = emulator.build(source, Acc.FP32, workdir)
+    return [emulator.run(exe, *shape) for shape in shapes]
+
+
+@pytest.mark.nvcc  # the emulator compiles against the CUDA headers
+@pytest.mark.parametrize("warps", [4, 1, 32])
+def test_each_lean_kernel_is_exact_at_64_cubed_and_refuses_the_rest(tiny_floor, tmp_path, warps):
+    exact, long_k, misaligned = _run(tiny_floor.lean_source(warps), tmp_path, (64, 64, 64), (64, 64, 128),
+                                     (64, 64, 64, (1, 0, 0)))
+    assert exact.rc == 0 and exact.rel_err <= 2e-3 and exact.nonfinite == 0 and exact.guard_bad == 0, exact
+    assert long_k.rc != 0 and misaligned.rc != 0  # refused, not computed wrongly
+
+
+@pytest.mark.nvcc
+def test_a_lean_kernel_with_a_wrong_fragment_fails_the_emulator(tiny_floor, tmp_path):
+    # The same kernel with the last K step's B fragment halves swapped: the check above must see it.
+    wrong = tiny_floor.lean_source(4).replace("k3[2] = {b1.z, b1.w}", "k3[2] = {b1.w, b1.z}")
+    assert wrong != tiny_floor.lean_source(4)
+    (result,) = _run(wrong, tmp_path, (64, 64, 64))
+    assert result.rc == 0 and result.rel_err > 2e-3, result
+
+
+def test_the_winner_is_the_family_render_and_the_lean_kernels_follow(tiny_floor):
+    labels = list(tiny_floor.sources())
+    assert labels[0].startswith("winner") and len(labels) == 1 + len(tiny_floor.LEAN_WARPS)
+    assert "small_hgemm_kernel" in tiny_floor.sources()[labels[0]]
+
+
+@pytest.mark.nvcc
+def test_every_candidate_compiles_for_sm90a(tiny_floor, capsys):
+    assert tiny_floor.main(["--compile-only"]) == 0
+    assert "4 candidates: 4 compiled" in capsys.readouterr().out
+
+
+def test_repeats_below_one_are_refused_in_one_line(tiny_floor, capsys):
+    assert tiny_floor.main(["--repeats", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "tiny_floor.py: --repeats must be >= 1"
