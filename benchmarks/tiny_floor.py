@@ -10,7 +10,8 @@ same work with everything general stripped: no bounds checks or load-width dispa
 compile time (any other shape or a misaligned pointer is refused). The lean kernels differ only in how the 32 warp
 tiles are spread over CTAs: 4 warps x 8 CTAs (the winner's), 1 warp x 32 CTAs, 32 warps x 1 CTA. Every candidate is
 verified as any other (the evaluator's checks), in offline mode, `repeats` fresh evaluations each, their order
-rotated each repeat; nothing is stored. Printed: each candidate's median over the repeats of its median time (us).
+rotated each repeat, cuBLAS timed in each as always; nothing is stored. Printed: each candidate's median over the
+repeats of its median time (us), and cuBLAS's over all the evaluations.
 
 If the lean kernels are no faster than the winner, the 0.4 us over the bytes' floor is the mma path and the launch,
 and no kernel of this kind reaches the small target; if they are, a shape-specialised path is worth building.
@@ -35,6 +36,7 @@ from cudal2.tune import FAMILIES, candidate_named
 WINNER = "small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32"  # 64^3's H200 leaderboard kernel
 LEAN_WARPS = (4, 1, 32)  # warps per CTA of the lean kernels (32 warp tiles in all)
 TASK = Task(64, 64, 64, Acc.FP32)
+CUBLAS = "cuBLAS (in every evaluation)"
 
 LEAN = string.Template(r"""// Lean 64x64x64 HGEMM (benchmarks/tiny_floor.py): C[64,64] = A[64,64] * B[64,64]^T, half in, fp32 accumulate.
 // 32 warps, each a 16x8 tile of C: warp tile w = blockIdx.x * WARPS + warp is rows 16 (w / 8) .., cols 8 (w % 8) ...
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         print("tiny_floor.py: --repeats must be >= 1", file=sys.stderr)
         return 2
-    evaluator = Evaluator(EvalOptions(fresh=True, baselines=False, target_ms=args.target_ms,
+    evaluator = Evaluator(EvalOptions(fresh=True, baselines=not args.compile_only, target_ms=args.target_ms,
                                       compile_only=args.compile_only, arch="sm_90a" if args.compile_only else None))
     cands = sources()
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(cands)} candidates: {len(cands) - len(bad)} " + ("compiled" if args.compile_only else "runnable"),
               *bad, sep="\n")
         return 1 if bad else 0
-    medians: dict[str, list[float]] = {label: [] for label in cands}
+    medians: dict[str, list[float]] = {label: [] for label in [*cands, CUBLAS]}
     failures = []
     labels = list(cands)
     for repeat in range(args.repeats):
@@ -134,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{label} repeat {repeat}: {shape.status.value}: {shape.reason[:160]}")
                 continue
             medians[label].append(shape.timings["candidate"].median_us)
-            print(f"{label:<34} repeat {repeat} {medians[label][-1]:.3f} us", flush=True)
+            medians[CUBLAS].append(shape.timings["cublas"].median_us)
+            print(f"{label:<34} repeat {repeat} {medians[label][-1]:.3f} us (cuBLAS {medians[CUBLAS][-1]:.3f})",
+                  flush=True)
     print(f"\n64x64x64 on {evaluator.gpu_label}, offline, {args.repeats} repeats, target_ms {args.target_ms:g}; "
           f"{len(failures)} evaluations not ok", *failures, sep="\n")
     print("| candidate | median us | min | max |\n|---|---|---|---|")
