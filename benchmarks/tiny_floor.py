@@ -7,10 +7,11 @@ family's winner 1.43; moving the call's bytes alone (graph_gap.cu) takes 0.98. T
 (`small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32`: 8 CTAs of 4 warps, each warp a 16x8 tile of C from
 fragments loaded straight from global memory, two 32-wide K steps) is timed beside hand-written candidates that do the
 same work with everything general stripped: no bounds checks or load-width dispatch, no K loop, M = N = K = 64 fixed at
-compile time (any other shape or a misaligned pointer is refused). The lean kernels differ only in how the 32 warp
-tiles are spread over CTAs: 4 warps x 8 CTAs (the winner's), 1 warp x 32 CTAs, 32 warps x 1 CTA. Every candidate is
-verified as any other (the evaluator's checks), in offline mode, `repeats` fresh evaluations each, their order
-rotated each repeat, cuBLAS timed in each as always; nothing is stored. Printed: each candidate's median over the
+compile time (any other shape or a misaligned pointer is refused); and beside the winner's `exact` twin, which runs
+an unchecked instantiation of the same source where every tile fits (64^3 does). The lean kernels differ only in how
+the 32 warp tiles are spread over CTAs: 4 warps x 8 CTAs (the winner's), 1 warp x 32 CTAs, 32 warps x 1 CTA. Every
+candidate is verified as any other (the evaluator's checks), in offline mode, `repeats` fresh evaluations each, their
+order rotated each repeat, cuBLAS timed in each as always; nothing is stored. Printed: each candidate's median over the
 repeats of its median time (us), and cuBLAS's over all the evaluations.
 
 If the lean kernels are no faster than the winner, the 0.4 us over the bytes' floor is the mma path and the launch,
@@ -98,8 +99,9 @@ def lean_source(warps: int) -> str:
 
 def sources() -> dict[str, str]:
     """Candidate label -> source: the family's winner as rendered, then the lean kernels."""
-    winner = candidate_named(FAMILIES, WINNER)
-    out = {"winner (small family)": winner.family.render(winner.cfg)}
+    winner, exact = candidate_named(FAMILIES, WINNER), candidate_named(FAMILIES, WINNER + "-exact1")
+    out = {"winner (small family)": winner.family.render(winner.cfg),
+           "winner with exact": exact.family.render(exact.cfg)}
     out.update({f"lean, {w} warp(s) x {32 // w} CTA(s)": lean_source(w) for w in LEAN_WARPS})
     return out
 

@@ -47,14 +47,15 @@ def test_a_lean_kernel_with_a_wrong_fragment_fails_the_emulator(tiny_floor, tmp_
 
 def test_the_winner_is_the_family_render_and_the_lean_kernels_follow(tiny_floor):
     labels = list(tiny_floor.sources())
-    assert labels[0].startswith("winner") and len(labels) == 1 + len(tiny_floor.LEAN_WARPS)
-    assert "small_hgemm_kernel" in tiny_floor.sources()[labels[0]]
+    assert labels[:2] == ["winner (small family)", "winner with exact"] and len(labels) == 2 + len(tiny_floor.LEAN_WARPS)
+    winner, exact = (tiny_floor.sources()[label] for label in labels[:2])
+    assert "small_hgemm_kernel" in winner and "LOAD_EXACT" not in winner and "LOAD_EXACT" in exact
 
 
 @pytest.mark.nvcc
 def test_every_candidate_compiles_for_sm90a(tiny_floor, capsys):
     assert tiny_floor.main(["--compile-only"]) == 0
-    assert "4 candidates: 4 compiled" in capsys.readouterr().out
+    assert "5 candidates: 5 compiled" in capsys.readouterr().out
 
 
 def test_repeats_below_one_are_refused_in_one_line(tiny_floor, capsys):

@@ -40,6 +40,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 short K, where storing C is most of the work (whether it pays is for the GPU to show)
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
+    exact       (one CTA per tile, no stage_c) one more instantiation for the calls whose tiles all lie inside the
+                matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A, B 16-byte and C 4-byte aligned): loads and
+                stores without a bounds check (benchmarks/tiny_floor.py: a 64^3 kernel stripped of its generality took
+                1.30 us on an H100 where this family's winner took 1.44); every other call takes the general paths
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ class SmallConfig:
     batch (loads of a batch are all issued before its mma); cluster_k CTAs (a cluster) per tile, each on its own K
     range (1: one CTA per tile, as before the field existed); grid_k groups of such CTAs or clusters per tile, summed
     by the last to arrive through the workspace (1: none), or with spread by all of them, a share each; stage_c:
-    the tile stored through shared memory in 16-byte row chunks; push: the cluster's sum in the push form."""
+    the tile stored through shared memory in 16-byte row chunks; push: the cluster's sum in the push form; exact: an
+    unchecked instantiation for calls whose tiles all lie inside the matrices."""
 
     bm: int
     bn: int
@@ -90,6 +95,7 @@ class SmallConfig:
     spread: bool = field(default=False, metadata=ADDED_LATER)
     stage_c: bool = field(default=False, metadata=ADDED_LATER)
     push: bool = field(default=False, metadata=ADDED_LATER)
+    exact: bool = field(default=False, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -150,6 +156,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "spread": (False, True),
     "stage_c": (False, True),
     "push": (False, True),
+    "exact": (False, True),
 }
 
 
@@ -206,6 +213,9 @@ class SmallFamily:
         if cfg.push and cfg.grid_k > 1:
             return ("push sums within one cluster: with grid_k the groups' sums go through the workspace in the "
                     "pulled form's layout")
+        if cfg.exact and (cfg.parks_all or cfg.stage_c):
+            return ("exact drops the bounds checks of the one-CTA tile's fragment stores: cluster_k and grid_k store "
+                    "their sums pair by pair, stage_c row by row")
         return None
 
     def supports(self, cfg: SmallConfig, task: Task) -> str | None:
@@ -264,7 +274,7 @@ Fragments straight from global memory (no shared memory in the main loop)
 Shapes
   Any M, N, K >= 1: 16-byte loads when K % 8 == 0 and A, B are 16-byte aligned, 4-byte loads when K is even
   and A, B 4-byte aligned, 2-byte loads otherwise; out-of-range rows and k read as zero. C: half2 stores when N
-  is even and C is 4-byte aligned, element stores otherwise; nothing outside M x N is written.
+  is even and C is 4-byte aligned, element stores otherwise; nothing outside M x N is written.{_EXACT_TEXT if cfg.exact else ""}
 
 {cuda_parts.FRAGMENT_LAYOUTS}"""
     return {
@@ -282,7 +292,9 @@ Shapes
               if cfg.stage_c else []),
         ]),
         "accumulator": cuda_parts.accumulator(cfg.acc),
-        "store_pair": cuda_parts.STORE_PAIR,
+        "store_pair": cuda_parts.STORE_PAIR + (_STORE_EXACT if cfg.exact else ""),
+        "exact_const": _EXACT_CONST if cfg.exact else "",
+        "exact_load": _EXACT_LOAD if cfg.exact else "",
         "cut_helpers": "".join([cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX if cluster else "",
                                 cuda_parts.CLUSTER_PUSH_PTX if cfg.push else "",
                                 cuda_parts.LAST_ARRIVAL + cuda_parts.LAST_ARRIVAL_SYNC + _TICKETS + _STORE_PARKED_PAIR
@@ -294,12 +306,12 @@ Shapes
         "ws_param": ", float2* __restrict__ ws" + (", int spread" if spread else "") if grid else "",
         "k_loop": (_PUSH_ARRIVE if cfg.push else "") + (_RANGE_K_LOOP if parked else _K_LOOP),
         "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE.substitute(
-            _STORE_STAGED if cfg.stage_c else _STORE_PAIRS),
+            _STORE_STAGED if cfg.stage_c else _STORE_PAIRS_EXACT if cfg.exact else _STORE_PAIRS),
         "cut_launch": _parked_launch(cfg) if parked else "",
         "workspace_fn": _WORKSPACE_FN if grid else "",
         "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
         "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "")
-        if parked else _DISPATCH,
+        if parked else _EXACT_DISPATCH + _DISPATCH.replace("    if (", "    else if (", 1) if cfg.exact else _DISPATCH,
     }
 
 
@@ -445,6 +457,31 @@ _STORE_PAIRS = {  # K-warp 0 alone stores its fragments: the others leave once t
     }
 """,
 }
+# exact: the same stores through store_exact, which the unchecked instantiation turns into plain half2 stores.
+_STORE_PAIRS_EXACT = {**_STORE_PAIRS, "store": _STORE_PAIRS["store"].replace("store_pair(C, M, N, vec, ", "store_exact<kLoad>(C, M, N, vec, ")}
+_EXACT_CONST = "constexpr int LOAD_EXACT = 3;   // exact: every tile inside the matrices, one 16-byte load, no checks\n"
+_EXACT_LOAD = """    if constexpr (kLoad == LOAD_EXACT)  // r < rows and k + 8 <= K: the host checked that every tile fits
+        return __ldg(reinterpret_cast<const uint4*>(X + (size_t)r * (size_t)K + k));
+"""
+_STORE_EXACT = """
+// exact: store_pair without its checks where every tile lies inside C, N is even and C 4-byte aligned (LOAD_EXACT).
+template <int kLoad>
+__device__ __forceinline__ void store_exact(half* __restrict__ C, int M, int N, bool vec, int row, int col,
+                                            float v0, float v1) {
+    if constexpr (kLoad == LOAD_EXACT)
+        *reinterpret_cast<half2*>(C + (size_t)row * (size_t)N + col) = __floats2half2_rn(v0, v1);
+    else
+        store_pair(C, M, N, vec, row, col, v0, v1);
+}
+"""
+_EXACT_DISPATCH = """    if (M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0 && vec_store)  // every tile inside
+        small_hgemm_kernel<LOAD_EXACT><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
+"""
+_EXACT_TEXT = """
+  exact: a call whose tiles all lie inside the matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A and B
+  16-byte aligned, N even and C 4-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads and stores
+  have no bounds checks; every other call takes the paths above."""
+
 _STORE_STAGED = {  # every K-warp stays: the whole block stores the staged tile
     "add_parked": "        if (wk == 0) {\n" + textwrap.indent(_ADD_PARKED, "    ") + "        }\n",
     "store": """    // K-warp 0 writes the tile's halves to shared memory; after a barrier every thread stores 16-byte row chunks.
@@ -789,13 +826,13 @@ static_assert(WARP_M % 16 == 0 && WARP_N % 8 == 0, "warp tile must split into m1
 constexpr int LOAD_VEC16 = 0;   // one 16-byte load: K % 8 == 0, A and B 16-byte aligned
 constexpr int LOAD_PAIRS = 1;   // four 4-byte loads: K even, A and B 4-byte aligned
 constexpr int LOAD_SCALAR = 2;  // eight 2-byte loads
-
+${exact_const}
 $accumulator
 $store_pair
 $cut_helpers// X[r][k .. k+7] of a `rows` x K row-major matrix as 4 words of 2 halves; zero outside the matrix.
 template <int kLoad>
 __device__ __forceinline__ uint4 load8(const half* __restrict__ X, int rows, int K, int r, int k) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+${exact_load}    uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (r >= rows) return v;
     const half* row = X + (size_t)r * (size_t)K;
     if constexpr (kLoad == LOAD_VEC16) {

@@ -54,6 +54,10 @@ PUSH_16 = replace(CLUSTER_16, push=True)
 # The long-K winners' tiling (16x16, 8 K-warps, k_unroll 2) over a 16-CTA cluster, pushed: the GPU tests' only.
 PUSH_16_K8 = cfg(bm=16, bn=16, warps_m=1, warps_n=2, warps_k=8, k_unroll=2, cluster_k=16, push=True)
 GRID_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 80 * 100]
+# exact: 64^3's winner's tiling with the unchecked instantiation. 64x64x64 and 128x96x256 fit its tiles and run it;
+# a C one half off its alignment, a K that is not a multiple of 64, and the odd shapes take the general paths.
+EXACT = cfg(bm=16, bn=32, warps_m=1, warps_n=4, warps_k=1, k_unroll=2, exact=True)
+EXACT_SHAPES = [(64, 64, 64, (0, 0, 0)), (128, 96, 256, (0, 0, 0)), (64, 64, 64, (0, 0, 1)), (64, 64, 96, (0, 0, 0))]
 
 # Sources of the committed H200 store (benchmarks/stores), measured before cluster_k existed: their configs must
 # render to them byte for byte, or the stored results would no longer be theirs.
@@ -188,6 +192,34 @@ def test_push_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.emulate(FAMILY, PUSH_16, tmp_path, CLUSTER_16_SHAPES)
 
 
+def test_exact_adds_an_unchecked_instantiation_for_calls_whose_tiles_fit():
+    source, plain = FAMILY.render(EXACT), FAMILY.render(replace(EXACT, exact=False))
+    for text in ("constexpr int LOAD_EXACT = 3;", "small_hgemm_kernel<LOAD_EXACT><<<", "store_exact<kLoad>(C, M, N, vec, ",
+                 "M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0 && vec_store", "exact       = True",
+                 "runs one more instantiation, LOAD_EXACT"):
+        assert text in source, text
+    assert source.count("<<<") == 4 and plain.count("<<<") == 3
+    assert "EXACT" not in plain and "exact" not in plain  # configs without it render as they always did
+    assert config_name(FAMILY, EXACT).endswith("-k_unroll2-accfp32-exact1")
+    for other in (cfg(cluster_k=2, exact=True), replace(GRID_8, exact=True), cfg(stage_c=True, exact=True)):
+        assert "exact drops the bounds checks" in FAMILY.prune(other, "sm_90a")
+    assert FAMILY.prune(EXACT, "sm_80") is None
+
+
+@pytest.mark.nvcc
+def test_exact_is_correct_on_fitting_and_odd_shapes_in_the_cpu_emulator(tmp_path):
+    family_checks.compile_sample(FAMILY, [EXACT], tmp_path / "build")
+    family_checks.emulate(FAMILY, EXACT, tmp_path, [*EXACT_SHAPES, *family_checks.EMU_SHAPES])
+    # Only the fitting shapes run the unchecked loads: with their rows swapped in pairs those shapes come out wrong,
+    # and the others, on the general paths, stay right.
+    broken = FAMILY.render(EXACT).replace("(X + (size_t)r * (size_t)K + k)", "(X + (size_t)(r ^ 1) * (size_t)K + k)")
+    assert broken.count("(r ^ 1)") == 1
+    (tmp_path / "broken").mkdir()
+    exe = emulator.build(broken, Acc.FP32, tmp_path / "broken")
+    assert [emulator.run(exe, m, n, k, offsets).rel_err > 2e-3 for m, n, k, offsets in EXACT_SHAPES] == \
+        [True, True, False, False]
+
+
 @pytest.mark.nvcc
 def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tmp_path):
     family_checks.compile_sample(FAMILY, [GRID_2_CLUSTER_4], tmp_path / "build")
@@ -284,9 +316,9 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8],
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8, EXACT],
                          ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}"
-                                       f"-t{int(c.stage_c)}-p{int(c.push)}-{c.acc.value}")
+                                       f"-t{int(c.stage_c)}-p{int(c.push)}-e{int(c.exact)}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
