@@ -12,7 +12,7 @@ an unchecked instantiation of the same source where every tile fits (64^3 does).
 the 32 warp tiles are spread over CTAs: 4 warps x 8 CTAs (the winner's), 1 warp x 32 CTAs, 32 warps x 1 CTA. Every
 candidate is verified as any other (the evaluator's checks), in offline mode, `repeats` fresh evaluations each, their
 order rotated each repeat, cuBLAS timed in each as always; nothing is stored. Printed: each candidate's median over the
-repeats of its median time (us), and cuBLAS's over all the evaluations.
+repeats of its median time (us) and of its speedup over the cuBLAS timed in the same evaluation, and cuBLAS's times.
 
 If the lean kernels are no faster than the winner, the 0.4 us over the bytes' floor is the mma path and the launch,
 and no kernel of this kind reaches the small target; if they are, a shape-specialised path is worth building.
@@ -106,6 +106,25 @@ def sources() -> dict[str, str]:
     return out
 
 
+def table(evals: list[tuple[str, float, float]]) -> str:
+    """Markdown from (candidate, its median us, cuBLAS's median us) per evaluation: each candidate's median, min and max
+    time over its evaluations, its speedup over the cuBLAS of the same evaluation (median over the evaluations: the GPU
+    drifts between evaluations and both sides drift together), and cuBLAS's times over every evaluation."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    for label, cand_us, cublas_us in evals:
+        by.setdefault(label, []).append((cand_us, cublas_us))
+    lines = ["| candidate | median us | min | max | speedup vs cuBLAS, same evaluation |", "|---|---|---|---|---|"]
+    for label, pairs in by.items():
+        times = [c for c, _ in pairs]
+        speedup = statistics.median(b / c for c, b in pairs)
+        lines.append(f"| {label} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} | "
+                     f"{speedup:.3f}x |")
+    cublas = [b for _, _, b in evals]
+    if cublas:
+        lines.append(f"| {CUBLAS} | {statistics.median(cublas):.3f} | {min(cublas):.3f} | {max(cublas):.3f} | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="fresh evaluations of each candidate")
@@ -128,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(cands)} candidates: {len(cands) - len(bad)} " + ("compiled" if args.compile_only else "runnable"),
               *bad, sep="\n")
         return 1 if bad else 0
-    medians: dict[str, list[float]] = {label: [] for label in [*cands, CUBLAS]}
+    evals: list[tuple[str, float, float]] = []  # (candidate, its median us, cuBLAS's median us) per evaluation
     failures = []
     labels = list(cands)
     for repeat in range(args.repeats):
@@ -137,19 +156,14 @@ def main(argv: list[str] | None = None) -> int:
             if shape.status is not Status.OK:
                 failures.append(f"{label} repeat {repeat}: {shape.status.value}: {shape.reason[:160]}")
                 continue
-            medians[label].append(shape.timings["candidate"].median_us)
-            medians[CUBLAS].append(shape.timings["cublas"].median_us)
-            print(f"{label:<34} repeat {repeat} {medians[label][-1]:.3f} us (cuBLAS {medians[CUBLAS][-1]:.3f})",
-                  flush=True)
+            evals.append((label, shape.timings["candidate"].median_us, shape.timings["cublas"].median_us))
+            print(f"{label:<34} repeat {repeat} {evals[-1][1]:.3f} us (cuBLAS {evals[-1][2]:.3f})", flush=True)
     print(f"\n64x64x64 on {evaluator.gpu_label}, offline, {args.repeats} repeats, target_ms {args.target_ms:g}; "
           f"{len(failures)} evaluations not ok", *failures, sep="\n")
-    print("| candidate | median us | min | max |\n|---|---|---|---|")
-    for label, values in medians.items():
-        if values:
-            print(f"| {label} | {statistics.median(values):.3f} | {min(values):.3f} | {max(values):.3f} |")
+    print(table(evals))
     if args.json:
-        args.json.write_text(json.dumps(medians, indent=1))
-    return 0 if not failures and all(medians.values()) else 1
+        args.json.write_text(json.dumps(evals, indent=1))
+    return 0 if not failures and {label for label, _, _ in evals} == set(cands) else 1
 
 
 if __name__ == "__main__":

@@ -61,3 +61,13 @@ def test_every_candidate_compiles_for_sm90a(tiny_floor, capsys):
 def test_repeats_below_one_are_refused_in_one_line(tiny_floor, capsys):
     assert tiny_floor.main(["--repeats", "0"]) == 2
     assert capsys.readouterr().err.strip() == "tiny_floor.py: --repeats must be >= 1"
+
+
+def test_the_table_pairs_each_candidate_with_the_cublas_of_its_own_evaluation(tiny_floor):
+    # Two evaluations of each side on a drifting GPU: cuBLAS 2.0 then 2.2 us. The winner's median time is 1.5 us; its
+    # speedup per evaluation 2.0 / 1.4 and 2.2 / 1.6, median 1.402.
+    evals = [("winner", 1.4, 2.0), ("lean", 1.3, 2.2), ("lean", 1.2, 2.0), ("winner", 1.6, 2.2)]
+    lines = tiny_floor.table(evals).splitlines()
+    assert lines[2] == "| winner | 1.500 | 1.400 | 1.600 | 1.402x |"
+    assert lines[3] == "| lean | 1.250 | 1.200 | 1.300 | 1.679x |"
+    assert lines[4] == f"| {tiny_floor.CUBLAS} | 2.100 | 2.000 | 2.200 | |"
