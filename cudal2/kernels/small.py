@@ -42,8 +42,9 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 loads otherwise; everything outside the matrices reads as zero and is never written
     exact       (one CTA per tile, no stage_c) one more instantiation for the calls whose tiles all lie inside the
                 matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A, B 16-byte and C 4-byte aligned): loads and
-                stores without a bounds check (benchmarks/tiny_floor.py: a 64^3 kernel stripped of its generality took
-                1.30 us on an H100 where this family's winner took 1.44); every other call takes the general paths
+                stores without a bounds check; every other call takes the general paths. On the H200 1.05x over the
+                same configs without it (0.95-1.16x by tiling: benchmarks/RESULTS.md, forty-third session); at 64^3
+                it recovers 1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py)
 """
 
 from __future__ import annotations
@@ -311,7 +312,8 @@ Shapes
         "workspace_fn": _WORKSPACE_FN if grid else "",
         "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
         "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "")
-        if parked else _EXACT_DISPATCH + _DISPATCH.replace("    if (", "    else if (", 1) if cfg.exact else _DISPATCH,
+        if parked else _EXACT_DISPATCH + _DISPATCH.replace("    if (", "    else if (", 1) if cfg.exact
+        else _DISPATCH,
     }
 
 
@@ -458,7 +460,8 @@ _STORE_PAIRS = {  # K-warp 0 alone stores its fragments: the others leave once t
 """,
 }
 # exact: the same stores through store_exact, which the unchecked instantiation turns into plain half2 stores.
-_STORE_PAIRS_EXACT = {**_STORE_PAIRS, "store": _STORE_PAIRS["store"].replace("store_pair(C, M, N, vec, ", "store_exact<kLoad>(C, M, N, vec, ")}
+_STORE_PAIRS_EXACT = {**_STORE_PAIRS,
+                      "store": _STORE_PAIRS["store"].replace("store_pair(C, M, N, vec, ", "store_exact<kLoad>(C, M, N, vec, ")}
 _EXACT_CONST = "constexpr int LOAD_EXACT = 3;   // exact: every tile inside the matrices, one 16-byte load, no checks\n"
 _EXACT_LOAD = """    if constexpr (kLoad == LOAD_EXACT)  // r < rows and k + 8 <= K: the host checked that every tile fits
         return __ldg(reinterpret_cast<const uint4*>(X + (size_t)r * (size_t)K + k));
