@@ -5,8 +5,7 @@
 // call, a cooperative launch whose CTAs wait for one another (the small family's spread), and what the store pattern
 // costs on a short-K wide output (mma fragments' 4-byte stores against 16-byte rows), and the memory traffic alone of a
 // short-K wide call (1024x4096x64) in three tilings, and from persistent CTAs that overlap a tile's stores with the
-// next one's loads. No cuBLAS, no cudal2 code: build
-// and run with
+// next one's loads. No cuBLAS, no cudal2 code: build and run with
 //
 //     nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/graph_gap benchmarks/graph_gap.cu && /tmp/graph_gap
 //
