@@ -28,10 +28,10 @@ def _run(source: str, workdir: Path, *shapes):
 
 
 @pytest.mark.nvcc  # the emulator compiles against the CUDA headers
-@pytest.mark.parametrize("warps", [4, 1, 32])
-def test_each_lean_kernel_is_exact_at_64_cubed_and_refuses_the_rest(tiny_floor, tmp_path, warps):
-    exact, long_k, misaligned = _run(tiny_floor.lean_source(warps), tmp_path, (64, 64, 64), (64, 64, 128),
-                                     (64, 64, 64, (1, 0, 0)))
+@pytest.mark.parametrize(("warps", "generality"), [(4, 0), (1, 0), (32, 0), (4, 1), (4, 2), (4, 3)])
+def test_each_lean_kernel_is_exact_at_64_cubed_and_refuses_the_rest(tiny_floor, tmp_path, warps, generality):
+    exact, long_k, misaligned = _run(tiny_floor.lean_source(warps, generality), tmp_path, (64, 64, 64),
+                                     (64, 64, 128), (64, 64, 64, (1, 0, 0)))
     assert exact.rc == 0 and exact.rel_err <= 2e-3 and exact.nonfinite == 0 and exact.guard_bad == 0, exact
     assert long_k.rc != 0 and misaligned.rc != 0  # refused, not computed wrongly
 
@@ -46,16 +46,23 @@ def test_a_lean_kernel_with_a_wrong_fragment_fails_the_emulator(tiny_floor, tmp_
 
 
 def test_the_winner_is_the_family_render_and_the_lean_kernels_follow(tiny_floor):
+    # Each generality step changes the lean source only in its GENERALITY constant.
     labels = list(tiny_floor.sources())
-    assert labels[:2] == ["winner (small family)", "winner with exact"] and len(labels) == 2 + len(tiny_floor.LEAN_WARPS)
+    steps = len(tiny_floor.GENERALITY)
+    assert labels[:2] == ["winner (small family)", "winner with exact"]
+    assert len(labels) == 2 + len(tiny_floor.LEAN_WARPS) + steps
+    assert labels[-1] == "lean 4x8 + runtime M, N, K + a K loop + bounds checks"
     winner, exact = (tiny_floor.sources()[label] for label in labels[:2])
     assert "small_hgemm_kernel" in winner and "LOAD_EXACT" not in winner and "LOAD_EXACT" in exact
+    for step in range(1, steps + 1):
+        lean = tiny_floor.lean_source(4, step)
+        assert lean.replace(f"GENERALITY = {step};", "GENERALITY = 0;") == tiny_floor.lean_source(4), step
 
 
 @pytest.mark.nvcc
 def test_every_candidate_compiles_for_sm90a(tiny_floor, capsys):
     assert tiny_floor.main(["--compile-only"]) == 0
-    assert "5 candidates: 5 compiled" in capsys.readouterr().out
+    assert "8 candidates: 8 compiled" in capsys.readouterr().out
 
 
 def test_repeats_below_one_are_refused_in_one_line(tiny_floor, capsys):
