@@ -20,17 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cudal2.kernels.cuda_parts import FENCE_GPU_ACQ_REL, FENCE_GPU_SC
-from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
+from cudal2.sandbox.evaluator import Evaluator, Prepared
 from cudal2.sandbox.types import Status, Task
 from cudal2.tune import FAMILIES, TuneInputError, candidate_named, load_tasks
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
 
 DEFAULT_CONFIGS = (
     "small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k16",  # 64x64x8192's H200 winner
@@ -143,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS), help="config names (config_name)")
     ap.add_argument("--mnk", nargs="+", default=list(DEFAULT_MNK), help="shapes, M_N_K")
-    ap.add_argument("--repeats", type=int, default=3, help="fresh evaluations of each twin on each shape")
-    ap.add_argument("--target-ms", type=float, default=40.0, help="timing budget per kernel per shape, ms")
-    ap.add_argument("--json", type=Path, default=None, help="write every timing here")
-    ap.add_argument("--compile-only", action="store_true", help="compile both twins for sm_90a; time nothing")
+    add_timing_flags(ap, what="twin", repeats=3, target_ms=40.0)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         print("fence_ab.py: --repeats must be >= 1", file=sys.stderr)
@@ -156,12 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TuneInputError, NoFence) as e:
         print(f"fence_ab.py: {e}", file=sys.stderr)
         return 2
-    options = EvalOptions(fresh=True, baselines=False, target_ms=args.target_ms, compile_only=args.compile_only,
-                          arch="sm_90a" if args.compile_only else None)
-    evaluator = Evaluator(options)
+    evaluator = evaluator_for(args, baselines=False)
     twins = {(p.config, f): (p.sources[f], p.tasks) for p in pairs for f in FLAVOURS}
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # compile every twin first, on every core
-        prepared = dict(zip(twins, pool.map(lambda t: evaluator.prepare(*t), twins.values()), strict=True))
+    prepared = prepare_all(evaluator, twins)
     finals = {k: p.final.shapes[0] for k, p in prepared.items() if p.final is not None}
     if args.compile_only:
         bad = [f"{c} {f}: {s.status.value}: {s.reason[:200]}" for (c, f), s in finals.items()

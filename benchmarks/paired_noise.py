@@ -23,20 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
+from cudal2.sandbox.evaluator import Evaluator, Prepared
 from cudal2.sandbox.store import GpuLabelError, ResultStore, StoreError, resolve_gpu_label
 from cudal2.sandbox.types import ShapeResult, Status, Task
 from cudal2.tune import TuneInputError, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
 from wave_model_check import open_db, store_arguments  # noqa: E402  (a sibling script)
 
 BASELINES = ("cublas", "cublaslt_autotuned")
@@ -111,12 +110,6 @@ def summary(estimates: list[Estimate]) -> str:
     return "\n".join(lines)
 
 
-def prepare_all(evaluator: Evaluator, picks: list[tuple[Task, str]]) -> list[Prepared]:
-    """Compile every kernel first, on every core (the CPU stages touch neither the GPU nor the store)."""
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda p: evaluator.prepare(p[1], [p[0]]), picks))
-
-
 def measure(evaluator: Evaluator, prepared: list[Prepared], repeats: int) -> tuple[list[Estimate], list[str]]:
     estimates, failures = [], []
     for repeat in range(repeats):
@@ -137,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     store_arguments(ap)
     ap.add_argument("--min-log2-mnk", type=int, default=36, help="shapes with MNK >= 2^this (36: the large bucket)")
     ap.add_argument("--count", type=int, default=24, help="shapes to time")
-    ap.add_argument("--repeats", type=int, default=3, help="fresh evaluations of each (kernel, shape)")
-    ap.add_argument("--target-ms", type=float, default=20.0, help="timing budget per kernel per shape, ms")
-    ap.add_argument("--json", type=Path, default=None, help="write every evaluation's estimates here")
-    ap.add_argument("--compile-only", action="store_true", help="compile the chosen kernels for sm_90a; time nothing")
+    add_timing_flags(ap, what="(kernel, shape)", repeats=3, target_ms=20.0)
     args = ap.parse_args(argv)
     if args.count < 1 or args.repeats < 2:
         print("paired_noise.py: --count must be >= 1 and --repeats >= 2", file=sys.stderr)
@@ -156,10 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if not picks:
         print("paired_noise.py: no shape in range has a chosen kernel in the store", file=sys.stderr)
         return 2
-    options = EvalOptions(fresh=True, target_ms=args.target_ms, compile_only=args.compile_only,
-                          arch="sm_90a" if args.compile_only else None)
-    evaluator = Evaluator(options)
-    prepared = prepare_all(evaluator, picks)
+    evaluator = evaluator_for(args, baselines=True)
+    prepared = list(prepare_all(evaluator, {i: (source, [task]) for i, (task, source) in enumerate(picks)}).values())
     not_runnable = [p.final.shapes[0] for p in prepared if p.final is not None]
     if args.compile_only:
         print(f"{len(prepared)} kernels: {sum(s.status is Status.COMPILED for s in not_runnable)} compiled")

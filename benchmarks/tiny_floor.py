@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import string
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cudal2.kernels import cuda_parts
-from cudal2.sandbox.evaluator import EvalOptions, Evaluator
 from cudal2.sandbox.types import Acc, Status, Task
 from cudal2.tune import FAMILIES, candidate_named
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
 
 WINNER = "small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32"  # 64^3's H200 leaderboard kernel
 LEAN_WARPS = (4, 1, 32)  # warps per CTA of the lean kernels (32 warp tiles in all)
@@ -149,19 +149,14 @@ def table(evals: list[tuple[str, float, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5, help="fresh evaluations of each candidate")
-    ap.add_argument("--target-ms", type=float, default=40.0, help="timing budget per candidate per evaluation, ms")
-    ap.add_argument("--json", type=Path, default=None, help="write every median here")
-    ap.add_argument("--compile-only", action="store_true", help="compile every candidate for sm_90a; time nothing")
+    add_timing_flags(ap, what="candidate", repeats=5, target_ms=40.0)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         print("tiny_floor.py: --repeats must be >= 1", file=sys.stderr)
         return 2
-    evaluator = Evaluator(EvalOptions(fresh=True, baselines=not args.compile_only, target_ms=args.target_ms,
-                                      compile_only=args.compile_only, arch="sm_90a" if args.compile_only else None))
+    evaluator = evaluator_for(args, baselines=True)
     cands = sources()
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        prepared = dict(zip(cands, pool.map(lambda s: evaluator.prepare(s, (TASK,)), cands.values()), strict=True))
+    prepared = prepare_all(evaluator, {label: (source, (TASK,)) for label, source in cands.items()})
     finals = {label: p.final.shapes[0] for label, p in prepared.items() if p.final is not None}
     expected = Status.COMPILED if args.compile_only else None
     bad = [f"{label}: {s.status.value}: {s.reason[:200]}" for label, s in finals.items() if s.status is not expected]

@@ -1,0 +1,38 @@
+"""What the benchmarks that time a few sources again and again share (fence_ab.py, paired_noise.py, tiny_floor.py):
+their timing flags, the evaluator those flags ask for, and every source compiled before anything is timed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Hashable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
+from cudal2.sandbox.types import Task
+
+K = TypeVar("K", bound=Hashable)
+
+
+def add_timing_flags(ap: argparse.ArgumentParser, *, what: str, repeats: int, target_ms: float) -> None:
+    """--repeats, --target-ms, --json and --compile-only, with `what` naming the thing timed in their help."""
+    ap.add_argument("--repeats", type=int, default=repeats, help=f"fresh evaluations of each {what}")
+    ap.add_argument("--target-ms", type=float, default=target_ms, help=f"timing budget per {what} per evaluation, ms")
+    ap.add_argument("--json", type=Path, default=None, help="write every timing here")
+    ap.add_argument("--compile-only", action="store_true", help=f"compile every {what} for sm_90a; time nothing")
+
+
+def evaluator_for(args: argparse.Namespace, baselines: bool) -> Evaluator:
+    """Fresh evaluations (nothing answered from a store) on the flags' budget, the baselines timed beside each source
+    where `baselines`; with --compile-only the sources are only compiled, for sm_90a."""
+    return Evaluator(EvalOptions(fresh=True, baselines=baselines and not args.compile_only, target_ms=args.target_ms,
+                                 compile_only=args.compile_only, arch="sm_90a" if args.compile_only else None))
+
+
+def prepare_all(evaluator: Evaluator, jobs: Mapping[K, tuple[str, Sequence[Task]]]) -> dict[K, Prepared]:
+    """Each (source, tasks) through the CPU stages (static rules, compile, link check) at once on every core: they touch
+    neither the GPU nor the store."""
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return dict(zip(jobs, pool.map(lambda job: evaluator.prepare(*job), jobs.values()), strict=True))
