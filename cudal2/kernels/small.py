@@ -45,6 +45,9 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 stores without a bounds check; every other call takes the general paths. On the H200 1.05x over the
                 same configs without it (0.95-1.16x by tiling: benchmarks/RESULTS.md, forty-third session); at 64^3
                 it recovers 1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py)
+    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). Where exact
+                won or lost, the unchecked instantiation had more or fewer registers than the checked one (nvcc 13.0):
+                ptxas unrolls the two differently, so how many batches' loads are in flight is a choice worth making
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class SmallConfig:
     range (1: one CTA per tile, as before the field existed); grid_k groups of such CTAs or clusters per tile, summed
     by the last to arrive through the workspace (1: none), or with spread by all of them, a share each; stage_c:
     the tile stored through shared memory in 16-byte row chunks; push: the cluster's sum in the push form; exact: an
-    unchecked instantiation for calls whose tiles all lie inside the matrices."""
+    unchecked instantiation for calls whose tiles all lie inside the matrices; loop_unroll: the main K loop's unroll
+    (0: the compiler's choice)."""
 
     bm: int
     bn: int
@@ -97,6 +101,7 @@ class SmallConfig:
     stage_c: bool = field(default=False, metadata=ADDED_LATER)
     push: bool = field(default=False, metadata=ADDED_LATER)
     exact: bool = field(default=False, metadata=ADDED_LATER)
+    loop_unroll: int = field(default=0, metadata=ADDED_LATER)
 
     @property
     def threads(self) -> int:
@@ -158,6 +163,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "stage_c": (False, True),
     "push": (False, True),
     "exact": (False, True),
+    "loop_unroll": (0, 1, 2, 4),
 }
 
 
@@ -305,7 +311,7 @@ Shapes
                                 "\n" if parked else "",
                                 _STORE_TILE if cfg.stage_c else ""]),
         "ws_param": ", float2* __restrict__ ws" + (", int spread" if spread else "") if grid else "",
-        "k_loop": (_PUSH_ARRIVE if cfg.push else "") + (_RANGE_K_LOOP if parked else _K_LOOP),
+        "k_loop": (_PUSH_ARRIVE if cfg.push else "") + _unrolled(_RANGE_K_LOOP if parked else _K_LOOP, cfg.loop_unroll),
         "epilogue": _parked_epilogue(cfg) if parked else _EPILOGUE.substitute(
             _STORE_STAGED if cfg.stage_c else _STORE_PAIRS_EXACT if cfg.exact else _STORE_PAIRS),
         "cut_launch": _parked_launch(cfg) if parked else "",
@@ -401,6 +407,14 @@ _SPREAD_TEXT = """
 
 # One CTA per tile: its K-warps walk all of K.
 _K_LOOP = "for (int kc = wk * K_CHUNK; kc < K; kc += K_STRIDE) {"
+
+
+def _unrolled(k_loop: str, unroll: int) -> str:
+    """The main K loop with `#pragma unroll unroll` before it (0: as it is, for the compiler to choose)."""
+    if unroll == 0:
+        return k_loop
+    return k_loop.replace("for (int kc", f"#pragma unroll {unroll}  // loop_unroll\n    for (int kc", 1)
+
 
 # gridDim.z CTAs per tile (CLUSTER_K per cluster x the groups): CTA z walks the z-th range of whole load batches
 # (K_STRIDE), so no batch straddles two ranges; the last range ends at K, and a range past K is empty (its CTA parks

@@ -58,6 +58,9 @@ GRID_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 80 * 100]
 # a C one half off its alignment, a K that is not a multiple of 64, and the odd shapes take the general paths.
 EXACT = cfg(bm=16, bn=32, warps_m=1, warps_n=4, warps_k=1, k_unroll=2, exact=True)
 EXACT_SHAPES = [(64, 64, 64, (0, 0, 0)), (128, 96, 256, (0, 0, 0)), (64, 64, 64, (0, 0, 1)), (64, 64, 96, (0, 0, 0))]
+# loop_unroll: the main K loop unrolled by hand, once on the exact tiling and once on a pushed 4-CTA cluster.
+UNROLLED = replace(EXACT, loop_unroll=2)
+UNROLLED_PUSH = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=2, cluster_k=4, push=True, loop_unroll=4)
 
 # Sources of the committed H200 store (benchmarks/stores), measured before cluster_k existed: their configs must
 # render to them byte for byte, or the stored results would no longer be theirs.
@@ -220,6 +223,22 @@ def test_exact_is_correct_on_fitting_and_odd_shapes_in_the_cpu_emulator(tmp_path
         [True, True, False, False]
 
 
+def test_loop_unroll_puts_a_pragma_before_the_main_k_loop_only_where_set():
+    for config, loop in ((UNROLLED, "for (int kc = wk * K_CHUNK; kc < K;"), (UNROLLED_PUSH, "for (int kc = k_begin +")):
+        source = FAMILY.render(config)
+        pragma = f"#pragma unroll {config.loop_unroll}  // loop_unroll\n    {loop}"
+        assert source.count("// loop_unroll\n") == 1 and pragma in source, config
+        assert FAMILY.render(replace(config, loop_unroll=0)) == source.replace(pragma, loop).replace(
+            f"-loop_unroll{config.loop_unroll}", "").replace(f"\n//   loop_unroll = {config.loop_unroll}", "")
+    assert config_name(FAMILY, UNROLLED).endswith("-exact1-loop_unroll2")
+
+
+@pytest.mark.nvcc
+def test_loop_unroll_compiles_and_is_correct_in_the_cpu_emulator(tmp_path):
+    family_checks.compile_sample(FAMILY, [UNROLLED, UNROLLED_PUSH], tmp_path / "build")
+    family_checks.emulate(FAMILY, UNROLLED, tmp_path, EXACT_SHAPES[:2] + [family_checks.EMU_SHAPES[0]])
+
+
 @pytest.mark.nvcc
 def test_grid_k_is_correct_and_leaves_its_tickets_at_zero_in_the_cpu_emulator(tmp_path):
     family_checks.compile_sample(FAMILY, [GRID_2_CLUSTER_4], tmp_path / "build")
@@ -316,9 +335,10 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8, EXACT],
+@pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8, EXACT,
+                                    UNROLLED, UNROLLED_PUSH],
                          ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}"
-                                       f"-t{int(c.stage_c)}-p{int(c.push)}-e{int(c.exact)}-{c.acc.value}")
+                                       f"-t{int(c.stage_c)}-p{int(c.push)}-e{int(c.exact)}-u{c.loop_unroll}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
     tasks = [replace(t, acc=config.acc) for t in GPU_SHAPES]
     ev = Evaluator(EvalOptions(target_ms=20, baselines=False, cache_dir=tmp_path / "build"))  # correctness only
