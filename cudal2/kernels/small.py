@@ -45,9 +45,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 stores without a bounds check; every other call takes the general paths. On the H200 1.05x over the
                 same configs without it (0.95-1.16x by tiling: benchmarks/RESULTS.md, forty-third session); at 64^3
                 it recovers 1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py)
-    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). Where exact
-                won or lost, the unchecked instantiation had more or fewer registers than the checked one (nvcc 13.0):
-                ptxas unrolls the two differently, so how many batches' loads are in flight is a choice worth making
+    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). On five of
+                the six configs exact was timed on, it won where the unchecked instantiation had more registers than
+                the checked one and lost where it had fewer (nvcc 13.0): ptxas unrolls the two differently, so how
+                many batches' loads are in flight may be the choice that matters
 """
 
 from __future__ import annotations
