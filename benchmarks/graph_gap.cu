@@ -186,6 +186,8 @@ __global__ void store_rows_kernel(int4* C) {
 constexpr int WIDE_M = 1024, WIDE_N = 4096, WIDE_K = 64, WIDE_SETS = 32;
 constexpr size_t WIDE_A = (size_t)WIDE_M * WIDE_K / 8, WIDE_B = (size_t)WIDE_N * WIDE_K / 8;  // int4s (8 halves)
 constexpr size_t WIDE_SET = WIDE_A + WIDE_B + (size_t)WIDE_M * WIDE_N / 8;                     // int4s per set
+// A C chunk made from one A chunk and one B chunk: the store depends on both loads.
+__device__ __forceinline__ int4 xor4(int4 x, int4 y) { return make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w); }
 template <int BM, int BN, bool LOAD>
 __global__ void __launch_bounds__(256) wide_tile_kernel(const int4* set) {
   __shared__ int4 a[BM * WIDE_K / 8], b[BN * WIDE_K / 8];
@@ -200,10 +202,7 @@ __global__ void __launch_bounds__(256) wide_tile_kernel(const int4* set) {
   for (int c = threadIdx.x; c < BM * BN / 8; c += blockDim.x) {  // chunk j of row r: 8 halves
     const int r = c / (BN / 8), j = c % (BN / 8);
     int4 v = make_int4(c, r, j, 0);
-    if (LOAD) {
-      const int4 x = a[(r * 8 + j) % (BM * 8)], y = b[(j * 8 + (r + j) % 8) % (BN * 8)];  // no bank clashes
-      v = make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w);
-    }
+    if (LOAD) v = xor4(a[(r * 8 + j) % (BM * 8)], b[(j * 8 + (r + j) % 8) % (BN * 8)]);  // no bank clashes
     C[(size_t)(blockIdx.y * BM + r) * (WIDE_N / 8) + blockIdx.x * (BN / 8) + j] = v;
   }
 }
@@ -238,8 +237,8 @@ __global__ void __launch_bounds__(THREADS) wide_pipelined_kernel(const int4* set
     const int tm = tile / TILES_N, tn = tile % TILES_N;
     for (int c = threadIdx.x; c < BM * BN / 8; c += THREADS) {
       const int r = c / (BN / 8), j = c % (BN / 8);
-      const int4 x = ab[r * ROW + j % ROW], y = ab[(BM + j) * ROW + (r + j) % ROW];  // no bank clashes
-      C[(size_t)(tm * BM + r) * (WIDE_N / 8) + tn * (BN / 8) + j] = make_int4(x.x ^ y.x, x.y ^ y.y, x.z ^ y.z, x.w ^ y.w);
+      const int4 v = xor4(ab[r * ROW + j % ROW], ab[(BM + j) * ROW + (r + j) % ROW]);  // no bank clashes
+      C[(size_t)(tm * BM + r) * (WIDE_N / 8) + tn * (BN / 8) + j] = v;
     }
   }
 }
