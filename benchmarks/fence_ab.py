@@ -31,7 +31,7 @@ from cudal2.sandbox.types import Status, Task
 from cudal2.tune import FAMILIES, TuneInputError, candidate_named, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
+from timing_runs import add_timing_flags, evaluator_for, prepare_all, sort_prepared  # noqa: E402  (a sibling script)
 
 DEFAULT_CONFIGS = (
     "small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k16",  # 64x64x8192's H200 winner
@@ -156,23 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     evaluator = evaluator_for(args, baselines=False)
     twins = {(p.config, f): (p.sources[f], p.tasks) for p in pairs for f in FLAVOURS}
-    prepared = prepare_all(evaluator, twins)
-    finals = {k: p.final.shapes[0] for k, p in prepared.items() if p.final is not None}
+    ready = sort_prepared(prepare_all(evaluator, twins), what="twins", compile_only=args.compile_only,
+                          name=lambda key: f"{key[0]} {key[1]}")
     if args.compile_only:
-        bad = [f"{c} {f}: {s.status.value}: {s.reason[:200]}" for (c, f), s in finals.items()
-               if s.status is not Status.COMPILED]
-        print(f"{len(twins)} twins: {len(twins) - len(bad)} compiled", *bad, sep="\n")
-        return 1 if bad else 0
-    for (config, flavour), s in finals.items():
-        print(f"not runnable: {config} {flavour}: {s.status.value}: {s.reason[:200]}")
-    runnable = {k: p for k, p in prepared.items() if p.final is None}
-    timed, failures = measure(evaluator, runnable, args.repeats)
-    print(f"\n{len(runnable)} twins x {args.repeats} repeats on {evaluator.gpu_label}, target_ms {args.target_ms:g}; "
+        return 1 if ready.stopped else 0
+    timed, failures = measure(evaluator, ready.runnable, args.repeats)
+    print(f"\n{len(ready.runnable)} twins x {args.repeats} repeats on {evaluator.gpu_label}, target_ms {args.target_ms:g}; "
           f"{len(failures)} evaluations not ok", *failures, sep="\n")
     print(summary(timed))
     if args.json:
         args.json.write_text(json.dumps([asdict(t) for t in timed], indent=1))
-    return 0 if timed and not failures and not finals else 1
+    return 0 if timed and not failures and not ready.stopped else 1
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from cudal2.sandbox.types import ShapeResult, Status, Task
 from cudal2.tune import TuneInputError, load_tasks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
+from timing_runs import add_timing_flags, evaluator_for, prepare_all, sort_prepared  # noqa: E402  (a sibling script)
 from wave_model_check import open_db, store_arguments  # noqa: E402  (a sibling script)
 
 BASELINES = ("cublas", "cublaslt_autotuned")
@@ -147,14 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         print("paired_noise.py: no shape in range has a chosen kernel in the store", file=sys.stderr)
         return 2
     evaluator = evaluator_for(args, baselines=True)
-    prepared = list(prepare_all(evaluator, {i: (source, [task]) for i, (task, source) in enumerate(picks)}).values())
-    not_runnable = [p.final.shapes[0] for p in prepared if p.final is not None]
+    ready = sort_prepared(prepare_all(evaluator, {i: (source, [task]) for i, (task, source) in enumerate(picks)}),
+                          what="kernels", compile_only=args.compile_only, name=lambda i: picks[i][0].mnk)
     if args.compile_only:
-        print(f"{len(prepared)} kernels: {sum(s.status is Status.COMPILED for s in not_runnable)} compiled")
-        return 0 if all(s.status is Status.COMPILED for s in not_runnable) else 1
-    for s in not_runnable:
-        print(f"not runnable: {s.task.mnk}: {s.status.value}: {s.reason[:120]}")
-    runnable = [p for p in prepared if p.final is None]
+        return 1 if ready.stopped else 0
+    runnable = list(ready.runnable.values())
     estimates, failures = measure(evaluator, runnable, args.repeats)
     print(f"\n{len(runnable)} (kernel, shape) pairs x {args.repeats} repeats on {evaluator.gpu_label}, "
           f"target_ms {args.target_ms:g}; {len(failures)} evaluations not ok")
@@ -162,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(estimates))
     if args.json:
         args.json.write_text(json.dumps([asdict(e) for e in estimates], indent=1))
-    return 0 if estimates and not failures and not not_runnable else 1
+    return 0 if estimates and not failures and not ready.stopped else 1
 
 
 if __name__ == "__main__":

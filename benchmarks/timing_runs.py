@@ -1,17 +1,19 @@
 """What the benchmarks that time a few sources again and again share (fence_ab.py, paired_noise.py, tiny_floor.py):
-their timing flags, the evaluator those flags ask for, and every source compiled before anything is timed."""
+their timing flags, the evaluator those flags ask for, every source compiled before anything is timed, and the
+lines that say which sources cannot be timed."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
-from cudal2.sandbox.types import Task
+from cudal2.sandbox.types import Status, Task
 
 K = TypeVar("K", bound=Hashable)
 
@@ -36,3 +38,31 @@ def prepare_all(evaluator: Evaluator, jobs: Mapping[K, tuple[str, Sequence[Task]
     neither the GPU nor the store."""
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         return dict(zip(jobs, pool.map(lambda job: evaluator.prepare(*job), jobs.values()), strict=True))
+
+
+@dataclass(frozen=True)
+class Sorted(Generic[K]):
+    """prepare_all's sources split in two: those the GPU can time, and why each other one cannot."""
+
+    runnable: dict[K, Prepared]
+    stopped: dict[K, str]  # key -> "status: reason", the reason cut to 200 characters
+
+
+def sort_prepared(prepared: Mapping[K, Prepared], *, what: str, compile_only: bool,
+                  name: Callable[[K], str] = str) -> Sorted[K]:
+    """Splits `prepared` and prints what it found. With --compile-only nothing is runnable: "N `what`: M compiled",
+    then each source that did not compile. Otherwise one "not runnable" line per source whose outcome the CPU stages
+    already decided (a static rule, a compile error). `name` labels a key in those lines."""
+    expected = Status.COMPILED if compile_only else None  # None: no outcome yet, the GPU decides
+    stopped: dict[K, str] = {}
+    for key, p in prepared.items():
+        shape = p.final.shapes[0] if p.final is not None else None
+        if (shape.status if shape is not None else None) is not expected:
+            stopped[key] = f"{shape.status.value}: {shape.reason[:200]}" if shape is not None else "not compiled"
+    if compile_only:
+        print(f"{len(prepared)} {what}: {len(prepared) - len(stopped)} compiled",
+              *(f"{name(k)}: {why}" for k, why in stopped.items()), sep="\n")
+    else:
+        for k, why in stopped.items():
+            print(f"not runnable: {name(k)}: {why}")
+    return Sorted({k: p for k, p in prepared.items() if p.final is None and k not in stopped}, stopped)

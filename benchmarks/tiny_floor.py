@@ -35,7 +35,7 @@ from cudal2.sandbox.types import Acc, Status, Task
 from cudal2.tune import FAMILIES, candidate_named
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing_runs import add_timing_flags, evaluator_for, prepare_all  # noqa: E402  (a sibling script)
+from timing_runs import add_timing_flags, evaluator_for, prepare_all, sort_prepared  # noqa: E402  (a sibling script)
 
 WINNER = "small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32"  # 64^3's H200 leaderboard kernel
 LEAN_WARPS = (4, 1, 32)  # warps per CTA of the lean kernels (32 warp tiles in all)
@@ -156,14 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     evaluator = evaluator_for(args, baselines=True)
     cands = sources()
-    prepared = prepare_all(evaluator, {label: (source, (TASK,)) for label, source in cands.items()})
-    finals = {label: p.final.shapes[0] for label, p in prepared.items() if p.final is not None}
-    expected = Status.COMPILED if args.compile_only else None
-    bad = [f"{label}: {s.status.value}: {s.reason[:200]}" for label, s in finals.items() if s.status is not expected]
-    if args.compile_only or bad:
-        print(f"{len(cands)} candidates: {len(cands) - len(bad)} " + ("compiled" if args.compile_only else "runnable"),
-              *bad, sep="\n")
-        return 1 if bad else 0
+    ready = sort_prepared(prepare_all(evaluator, {label: (source, (TASK,)) for label, source in cands.items()}),
+                          what="candidates", compile_only=args.compile_only)
+    if args.compile_only or ready.stopped:
+        return 1 if ready.stopped else 0
+    prepared = ready.runnable
     evals: list[tuple[str, float, float]] = []  # (candidate, its median us, cuBLAS's median us) per evaluation
     failures = []
     labels = list(cands)
