@@ -128,6 +128,20 @@ def pairs_for(db: Path, gpu: str, family: KernelFamily, param: str, value: Any, 
     return out
 
 
+def why_unpaired(db: Path, family: KernelFamily, param: str, value: Any, base: Any) -> str:
+    """Why `family` has no pair, where the tune_configs rows tell: no config with the value recorded, or none of their
+    twins recorded (a delta from a device call records only the configs that call added); "" where both are."""
+    configs = recorded_configs(db, family)
+    with_value = [cfg for _, cfg in configs.values() if getattr(cfg, param) == value]
+    if not with_value:
+        return f"{family.name}: none with it is recorded"
+    if not any(config_name(family, replace(cfg, **{param: base})) in configs for cfg in with_value):
+        return (f"{family.name}: {len(with_value)} with it recorded, none of their twins ({param} = {spelled(base)}); "
+                "a device call's delta records only the configs it added: read it assembled with its committed store "
+                "(cudal2 store assemble STORE --also DELTA --out DB)")
+    return ""
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(math.fsum(math.log(v) for v in values) / len(values))
 
@@ -177,13 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             db = open_db(Path(args.db), Path(tmp), args.until)
             with ResultStore(db) as store:
                 gpu = resolve_gpu_label(store.ok_gpus(), args.gpu, None)
-            found = 0
+            found, why = 0, []
             for family in families:
                 value = parse_value(family, args.param, args.value)
                 base = (getattr(family.default(), args.param) if args.base is None
                         else parse_value(family, args.param, args.base))
                 pairs = pairs_for(db, gpu, family, args.param, value, base, tasks)
                 found += len(pairs)
+                why.append("" if pairs else why_unpaired(db, family, args.param, value, base))
                 if pairs:
                     print(f"{family.name} on {gpu}: {args.param} = {spelled(value)} against {spelled(base)}\n")
                     print(summary(pairs, f"{args.param} = {spelled(value)}"))
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not found:
         print(f"param_gain.py: no config with {args.param} = {args.value} has a twin timed on the same shapes on {gpu}",
-              file=sys.stderr)
+              *(f"({w})" for w in why if w), file=sys.stderr)
         return 1
     return 0
 

@@ -76,7 +76,12 @@ def test_cli_prints_the_pairs_and_refuses_bad_input_in_one_line(param_gain, db, 
     assert "small on NVIDIA H100 80GB HBM3 (sm_90a): push = 1 against 0" in out
     assert "| 1 | 2.000 | 2.00-2.00 | 1 |" in out and "fastest twin / fastest config over 1 shapes: geomean 2.000" in out
     assert param_gain.main([*args, "--param", "reduce", "--value", "push", "--base", "cluster"]) == 1
-    assert "no config with reduce = push has a twin" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no config with reduce = push has a twin" in err and len(err.strip().splitlines()) == 1
+    # "lonely" has reduce = push but its twin (reduce = cluster, stages 3) was never recorded: the line says so.
+    assert "sm80_mma: 1 with it recorded, none of their twins (reduce = cluster)" in err
+    assert param_gain.main([*args, "--param", "stages", "--value", "2"]) == 1
+    assert "(sm80_mma: none with it is recorded)" in capsys.readouterr().err
     for bad in (["--param", "nonsense"], ["--param", "reduce", "--value", "pull"], ["--param", "push", "--gpu", "a100"]):
         assert param_gain.main([*args, *bad]) == 2
         err = capsys.readouterr().err
