@@ -40,15 +40,16 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 short K, where storing C is most of the work (whether it pays is for the GPU to show)
     any shape   16-byte loads when K % 8 == 0 and A, B are 16-byte aligned; 4-byte loads when K is even; 2-byte
                 loads otherwise; everything outside the matrices reads as zero and is never written
-    exact       (one CTA per tile, no stage_c) one more instantiation for the calls whose tiles all lie inside the
-                matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A, B 16-byte and C 4-byte aligned): loads and
-                stores without a bounds check; every other call takes the general paths. On the H200 1.05x over the
-                same configs without it (0.95-1.16x by tiling: benchmarks/RESULTS.md, forty-third session); at 64^3
-                it recovers 1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py)
-    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). On five of
-                the six configs exact was timed on, it won where the unchecked instantiation had more registers than
-                the checked one and lost where it had fewer (nvcc 13.0): ptxas unrolls the two differently, so how
-                many batches' loads are in flight may be the choice that matters
+    exact       (no stage_c) one more instantiation for the calls whose tiles all lie inside the matrices (M % BM,
+                N % BN and K % (32 * K_UNROLL) all 0, A, B 16-byte and C 4-byte aligned): loads without a bounds
+                check, and with one CTA per tile stores too (cluster_k and grid_k store their sums with the checks);
+                every other call takes the general paths. One CTA per tile: on the H200 1.05x over the same configs
+                without it (0.95-1.16x by tiling), on an H100 1.06-1.07x at any fixed loop_unroll (benchmarks/RESULTS.md,
+                forty-third and forty-fourth sessions); at 64^3 it recovers 1.4% of the 12% that a kernel stripped of
+                all generality gains (benchmarks/tiny_floor.py)
+    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). ptxas
+                unrolls the checked loop 2 and the unchecked one 4 times by itself (the same times on an H100), and
+                exact's two losses at 0 were the k_unroll 2 tilings with 4-8 K-warps, for which 1 or 2 is better
 """
 
 from __future__ import annotations
@@ -221,9 +222,8 @@ class SmallFamily:
         if cfg.push and cfg.grid_k > 1:
             return ("push sums within one cluster: with grid_k the groups' sums go through the workspace in the "
                     "pulled form's layout")
-        if cfg.exact and (cfg.parks_all or cfg.stage_c):
-            return ("exact drops the bounds checks of the one-CTA tile's fragment stores: cluster_k and grid_k store "
-                    "their sums pair by pair, stage_c row by row")
+        if cfg.exact and cfg.stage_c:
+            return "exact drops the bounds checks of the fragment stores: stage_c stores the staged tile row by row"
         return None
 
     def supports(self, cfg: SmallConfig, task: Task) -> str | None:
@@ -282,7 +282,7 @@ Fragments straight from global memory (no shared memory in the main loop)
 Shapes
   Any M, N, K >= 1: 16-byte loads when K % 8 == 0 and A, B are 16-byte aligned, 4-byte loads when K is even
   and A, B 4-byte aligned, 2-byte loads otherwise; out-of-range rows and k read as zero. C: half2 stores when N
-  is even and C is 4-byte aligned, element stores otherwise; nothing outside M x N is written.{_EXACT_TEXT if cfg.exact else ""}
+  is even and C is 4-byte aligned, element stores otherwise; nothing outside M x N is written.{_exact_text(cfg)}
 
 {cuda_parts.FRAGMENT_LAYOUTS}"""
     return {
@@ -300,7 +300,7 @@ Shapes
               if cfg.stage_c else []),
         ]),
         "accumulator": cuda_parts.accumulator(cfg.acc),
-        "store_pair": cuda_parts.STORE_PAIR + (_STORE_EXACT if cfg.exact else ""),
+        "store_pair": cuda_parts.STORE_PAIR + (_STORE_EXACT if cfg.exact and not parked else ""),
         "exact_const": _EXACT_CONST if cfg.exact else "",
         "exact_load": _EXACT_LOAD if cfg.exact else "",
         "cut_helpers": "".join([cuda_parts.SMEM_ADDR + cuda_parts.CLUSTER_PTX if cluster else "",
@@ -318,7 +318,9 @@ Shapes
         "cut_launch": _parked_launch(cfg) if parked else "",
         "workspace_fn": _WORKSPACE_FN if grid else "",
         "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
-        "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "")
+        "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "",
+                                                exact=_PARKED_EXACT.substitute(ws_arg=", ws" if grid else "")
+                                                if cfg.exact else "")
         if parked else _EXACT_DISPATCH + _DISPATCH.replace("    if (", "    else if (", 1) if cfg.exact
         else _DISPATCH,
     }
@@ -499,6 +501,22 @@ _EXACT_TEXT = """
   exact: a call whose tiles all lie inside the matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A and B
   16-byte aligned, N even and C 4-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads and stores
   have no bounds checks; every other call takes the paths above."""
+_EXACT_PARKED_TEXT = """
+  exact: a call whose tiles all lie inside the matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A and B
+  16-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads have no bounds checks (every K range is
+  whole K_CHUNKs, so none reaches past K); the sums are stored as above; every other call takes the paths above."""
+
+
+def _exact_text(cfg: SmallConfig) -> str:
+    if not cfg.exact:
+        return ""
+    return _EXACT_PARKED_TEXT if cfg.parks_all else _EXACT_TEXT
+
+
+# exact with cluster_k or grid_k: only the loads go unchecked (the stores of the sums keep their checks).
+_PARKED_EXACT = string.Template("""    if (M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0)  // every tile inside: unchecked loads
+        return launch_parked<LOAD_EXACT>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
+""")
 
 _STORE_STAGED = {  # every K-warp stays: the whole block stores the staged tile
     "add_parked": "        if (wk == 0) {\n" + textwrap.indent(_ADD_PARKED, "    ") + "        }\n",
@@ -704,7 +722,7 @@ _DISPATCH = """    if (K % 8 == 0 && ab % 16 == 0)
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 """
 
-_PARKED_DISPATCH = string.Template("""$ws_check    if (K % 8 == 0 && ab % 16 == 0) return launch_parked<LOAD_VEC16>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
+_PARKED_DISPATCH = string.Template("""$ws_check$exact    if (K % 8 == 0 && ab % 16 == 0) return launch_parked<LOAD_VEC16>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
     if (K % 2 == 0 && ab % 4 == 0) return launch_parked<LOAD_PAIRS>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
     return launch_parked<LOAD_SCALAR>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
 """)

@@ -58,6 +58,10 @@ GRID_SHAPES = [s for s in family_checks.EMU_SHAPES if s[0] * s[1] <= 80 * 100]
 # a C one half off its alignment, a K that is not a multiple of 64, and the odd shapes take the general paths.
 EXACT = cfg(bm=16, bn=32, warps_m=1, warps_n=4, warps_k=1, k_unroll=2, exact=True)
 EXACT_SHAPES = [(64, 64, 64, (0, 0, 0)), (128, 96, 256, (0, 0, 0)), (64, 64, 64, (0, 0, 1)), (64, 64, 96, (0, 0, 0))]
+# exact on a cut tile (2 groups of 4-CTA clusters): unchecked loads, the sums stored with their checks. 32x32x512 and
+# 16x48x256 fit its tiles; an A one half off its alignment and the odd shapes take the general paths.
+EXACT_PARKED = replace(GRID_2_CLUSTER_4, exact=True)
+EXACT_PARKED_SHAPES = [(32, 32, 512, (0, 0, 0)), (16, 48, 256, (0, 0, 0)), (32, 32, 512, (1, 0, 0)), (33, 17, 333, (0, 0, 0))]
 # loop_unroll: the main K loop unrolled by hand, once on the exact tiling and once on a pushed 4-CTA cluster.
 UNROLLED = replace(EXACT, loop_unroll=2)
 UNROLLED_PUSH = cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=2, cluster_k=4, push=True, loop_unroll=4)
@@ -204,9 +208,32 @@ def test_exact_adds_an_unchecked_instantiation_for_calls_whose_tiles_fit():
     assert source.count("<<<") == 4 and plain.count("<<<") == 3
     assert "EXACT" not in plain and "exact" not in plain  # configs without it render as they always did
     assert config_name(FAMILY, EXACT).endswith("-k_unroll2-accfp32-exact1")
-    for other in (cfg(cluster_k=2, exact=True), replace(GRID_8, exact=True), cfg(stage_c=True, exact=True)):
-        assert "exact drops the bounds checks" in FAMILY.prune(other, "sm_90a")
+    assert "exact drops the bounds checks" in FAMILY.prune(cfg(stage_c=True, exact=True), "sm_90a")
     assert FAMILY.prune(EXACT, "sm_80") is None
+
+
+def test_exact_on_a_cut_tile_adds_unchecked_loads_and_keeps_the_checked_stores():
+    source, plain = FAMILY.render(EXACT_PARKED), FAMILY.render(GRID_2_CLUSTER_4)
+    line = ("    if (M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0)  // every tile inside: unchecked loads\n"
+            "        return launch_parked<LOAD_EXACT>(grid, A, B, C, M, N, K, vec_store, ws, stream);\n")
+    assert line in source and "constexpr int LOAD_EXACT = 3;" in source and "whose loads have no bounds checks" in source
+    assert "store_exact" not in source and "EXACT" not in plain
+    assert FAMILY.prune(EXACT_PARKED, "sm_90a") is None and FAMILY.prune(replace(GRID_8, exact=True), "sm_80") is None
+    assert "launch_parked<LOAD_EXACT>(grid, A, B, C, M, N, K, vec_store, stream)" in FAMILY.render(
+        cfg(cluster_k=4, push=True, exact=True))  # no workspace: no ws argument
+
+
+@pytest.mark.nvcc
+def test_exact_on_a_cut_tile_is_correct_in_the_cpu_emulator(tmp_path):
+    family_checks.compile_sample(FAMILY, [EXACT_PARKED, replace(GRID_8, exact=True)], tmp_path / "build")
+    family_checks.emulate(FAMILY, EXACT_PARKED, tmp_path, EXACT_PARKED_SHAPES, calls=2)
+    # Only the fitting, aligned shapes run the unchecked loads: with their rows swapped in pairs those come out wrong.
+    broken = FAMILY.render(EXACT_PARKED).replace("(X + (size_t)r * (size_t)K + k)", "(X + (size_t)(r ^ 1) * (size_t)K + k)")
+    assert broken.count("(r ^ 1)") == 1
+    (tmp_path / "broken").mkdir()
+    exe = emulator.build(broken, Acc.FP32, tmp_path / "broken")
+    assert [emulator.run(exe, m, n, k, offsets).rel_err > 2e-3 for m, n, k, offsets in EXACT_PARKED_SHAPES] == \
+        [True, True, False, False]
 
 
 @pytest.mark.nvcc
@@ -336,7 +363,7 @@ GPU_SHAPES = (Task(64, 64, 64), Task(128, 4096, 64), Task(1, 4096, 4096), Task(7
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config", [*SAMPLE, CLUSTER_16, GRID_2_CLUSTER_4, SPREAD_8, *STAGED, PUSH_16, PUSH_16_K8, EXACT,
-                                    UNROLLED, UNROLLED_PUSH],
+                                    UNROLLED, UNROLLED_PUSH, EXACT_PARKED],
                          ids=lambda c: f"{c.bm}x{c.bn}-k{c.warps_k}-c{c.cluster_k}-g{c.grid_k}-s{int(c.spread)}"
                                        f"-t{int(c.stage_c)}-p{int(c.push)}-e{int(c.exact)}-u{c.loop_unroll}-{c.acc.value}")
 def test_sample_is_correct_on_the_gpu(config, tmp_path):
