@@ -260,6 +260,7 @@ class SmallFamily:
 def _values(family: SmallFamily, cfg: SmallConfig) -> dict[str, str]:
     mi, ni = cfg.warp_m // 16, cfg.warp_n // 8
     cluster, grid, parked = cfg.cluster_k > 1, cfg.grid_k > 1, cfg.parks_all
+    ws_arg = ", ws" if grid else ""  # the launch's workspace argument
     spread = cfg.shares_sum
     design = f"""\
 Config {config_name(family, cfg)}
@@ -318,9 +319,8 @@ Shapes
         "cut_launch": _parked_launch(cfg) if parked else "",
         "workspace_fn": _WORKSPACE_FN if grid else "",
         "grid_z": (",\n                    CLUSTER_K * (unsigned)plan_groups(M, N)" if grid else ", CLUSTER_K") if parked else "",
-        "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=", ws" if grid else "",
-                                                exact=_PARKED_EXACT.substitute(ws_arg=", ws" if grid else "")
-                                                if cfg.exact else "")
+        "dispatch": _PARKED_DISPATCH.substitute(ws_check=_WS_CHECK if grid else "", ws_arg=ws_arg,
+                                                exact=_PARKED_EXACT.substitute(ws_arg=ws_arg) if cfg.exact else "")
         if parked else _EXACT_DISPATCH + _DISPATCH.replace("    if (", "    else if (", 1) if cfg.exact
         else _DISPATCH,
     }
