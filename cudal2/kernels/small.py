@@ -44,9 +44,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 N % BN and K % (32 * K_UNROLL) all 0, A, B 16-byte and C 4-byte aligned): loads without a bounds
                 check, and with one CTA per tile stores too (cluster_k and grid_k store their sums with the checks);
                 every other call takes the general paths. One CTA per tile: on the H200 1.05x over the same configs
-                without it (0.95-1.16x by tiling), on an H100 1.06-1.07x at any fixed loop_unroll (benchmarks/RESULTS.md,
-                forty-third and forty-fourth sessions); at 64^3 it recovers 1.4% of the 12% that a kernel stripped of
-                all generality gains (benchmarks/tiny_floor.py)
+                without it (0.95-1.16x by tiling), on an H100 1.06-1.07x at any fixed loop_unroll; at 64^3 it recovers
+                1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py). On the cut
+                tiles (H100) 1.02x where K >= 8192 and 0.95-0.96x at K <= 4096, where each CTA's K range is short
+                (benchmarks/RESULTS.md, forty-third and forty-fourth sessions)
     loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). ptxas
                 unrolls the checked loop 2 and the unchecked one 4 times by itself (the same times on an H100), and
                 exact's two losses at 0 were the k_unroll 2 tilings with 4-8 K-warps, for which 1 or 2 is better
