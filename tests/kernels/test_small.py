@@ -227,27 +227,24 @@ def test_exact_on_a_cut_tile_adds_unchecked_loads_and_keeps_the_checked_stores()
 def test_exact_on_a_cut_tile_is_correct_in_the_cpu_emulator(tmp_path):
     family_checks.compile_sample(FAMILY, [EXACT_PARKED, replace(GRID_8, exact=True)], tmp_path / "build")
     family_checks.emulate(FAMILY, EXACT_PARKED, tmp_path, EXACT_PARKED_SHAPES, calls=2)
-    # Only the fitting, aligned shapes run the unchecked loads: with their rows swapped in pairs those come out wrong.
-    broken = FAMILY.render(EXACT_PARKED).replace("(X + (size_t)r * (size_t)K + k)", "(X + (size_t)(r ^ 1) * (size_t)K + k)")
+    _only_the_fitting_shapes_run_unchecked(EXACT_PARKED, EXACT_PARKED_SHAPES, tmp_path)
+
+
+def _only_the_fitting_shapes_run_unchecked(config: SmallConfig, shapes, workdir) -> None:
+    """With the unchecked load's rows swapped in pairs, the first two of `shapes` (they fit the tiles and are aligned)
+    come out wrong and the other two, on the general paths, stay right."""
+    broken = FAMILY.render(config).replace("(X + (size_t)r * (size_t)K + k)", "(X + (size_t)(r ^ 1) * (size_t)K + k)")
     assert broken.count("(r ^ 1)") == 1
-    (tmp_path / "broken").mkdir()
-    exe = emulator.build(broken, Acc.FP32, tmp_path / "broken")
-    assert [emulator.run(exe, m, n, k, offsets).rel_err > 2e-3 for m, n, k, offsets in EXACT_PARKED_SHAPES] == \
-        [True, True, False, False]
+    (workdir / "broken").mkdir()
+    exe = emulator.build(broken, Acc.FP32, workdir / "broken")
+    assert [emulator.run(exe, m, n, k, offsets).rel_err > 2e-3 for m, n, k, offsets in shapes] == [True, True, False, False]
 
 
 @pytest.mark.nvcc
 def test_exact_is_correct_on_fitting_and_odd_shapes_in_the_cpu_emulator(tmp_path):
     family_checks.compile_sample(FAMILY, [EXACT], tmp_path / "build")
     family_checks.emulate(FAMILY, EXACT, tmp_path, [*EXACT_SHAPES, *family_checks.EMU_SHAPES])
-    # Only the fitting shapes run the unchecked loads: with their rows swapped in pairs those shapes come out wrong,
-    # and the others, on the general paths, stay right.
-    broken = FAMILY.render(EXACT).replace("(X + (size_t)r * (size_t)K + k)", "(X + (size_t)(r ^ 1) * (size_t)K + k)")
-    assert broken.count("(r ^ 1)") == 1
-    (tmp_path / "broken").mkdir()
-    exe = emulator.build(broken, Acc.FP32, tmp_path / "broken")
-    assert [emulator.run(exe, m, n, k, offsets).rel_err > 2e-3 for m, n, k, offsets in EXACT_SHAPES] == \
-        [True, True, False, False]
+    _only_the_fitting_shapes_run_unchecked(EXACT, EXACT_SHAPES, tmp_path)
 
 
 def test_loop_unroll_puts_a_pragma_before_the_main_k_loop_only_where_set():
