@@ -48,9 +48,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 1.4% of the 12% that a kernel stripped of all generality gains (benchmarks/tiny_floor.py). On the cut
                 tiles (H100) 1.02x where K >= 8192 and 0.95-0.96x at K <= 4096, where each CTA's K range is short
                 (benchmarks/RESULTS.md, forty-third and forty-fourth sessions)
-    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). ptxas
-                unrolls the checked loop 2 and the unchecked one 4 times by itself (the same times on an H100), and
-                exact's two losses at 0 were the k_unroll 2 tilings with 4-8 K-warps, for which 1 or 2 is better
+    loop_unroll #pragma unroll N on the main K loop (0: ptxas's own choice, as before the field existed). On an
+                H100, 2 on the checked loop and 4 on the unchecked one time the same as 0 (ptxas's own choices, it
+                seems); exact's two losses at 0 were the k_unroll 2 tilings with 4-8 K-warps, for which 1 or 2 is
+                better
 """
 
 from __future__ import annotations
