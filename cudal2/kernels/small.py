@@ -496,16 +496,17 @@ __device__ __forceinline__ void store_exact(half* __restrict__ C, int M, int N, 
         store_pair(C, M, N, vec, row, col, v0, v1);
 }
 """
-_EXACT_DISPATCH = """    if (M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0 && vec_store)  // every tile inside
+# The host's test that every tile lies inside the matrices and A, B are 16-byte aligned: the unchecked loads' condition.
+_TILES_FIT = "M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0"
+_EXACT_DISPATCH = f"""    if ({_TILES_FIT} && vec_store)  // every tile inside
         small_hgemm_kernel<LOAD_EXACT><<<grid, THREADS, 0, stream>>>(A, B, C, M, N, K, vec_store);
 """
-_EXACT_TEXT = """
+_EXACT_FITS_TEXT = """
   exact: a call whose tiles all lie inside the matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A and B
-  16-byte aligned, N even and C 4-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads and stores
+  16-byte aligned"""
+_EXACT_TEXT = _EXACT_FITS_TEXT + """, N even and C 4-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads and stores
   have no bounds checks; every other call takes the paths above."""
-_EXACT_PARKED_TEXT = """
-  exact: a call whose tiles all lie inside the matrices (M % BM, N % BN and K % (32 * K_UNROLL) all 0, A and B
-  16-byte aligned) runs one more instantiation, LOAD_EXACT, whose loads have no bounds checks (every K range is
+_EXACT_PARKED_TEXT = _EXACT_FITS_TEXT + """) runs one more instantiation, LOAD_EXACT, whose loads have no bounds checks (every K range is
   whole K_CHUNKs, so none reaches past K); the sums are stored as above; every other call takes the paths above."""
 
 
@@ -516,7 +517,7 @@ def _exact_text(cfg: SmallConfig) -> str:
 
 
 # exact with cluster_k or grid_k: only the loads go unchecked (the stores of the sums keep their checks).
-_PARKED_EXACT = string.Template("""    if (M % BM == 0 && N % BN == 0 && K % K_CHUNK == 0 && ab % 16 == 0)  // every tile inside: unchecked loads
+_PARKED_EXACT = string.Template(f"""    if ({_TILES_FIT})  // every tile inside: unchecked loads
         return launch_parked<LOAD_EXACT>(grid, A, B, C, M, N, K, vec_store$ws_arg, stream);
 """)
 
