@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -8,6 +8,9 @@
 #            with fence.acq_rel.gpu, FENCE_REPEATS (3) fresh evaluations of each on the script's long-K shapes
 #     tiny: benchmarks/tiny_floor.py: 64x64x64's small-family winner against lean kernels that do only that shape,
 #           TINY_REPEATS (5) fresh evaluations each: what the family's generality costs at the smallest shape
+#     fused: benchmarks/fused_splitk.py: split-K summed in the GEMM's epilogue by the last K range against the sm90
+#            family's split-K as a batch on the same tiles, FUSED_REPEATS (2) fresh evaluations each on FUSED_SHAPES
+#            (default: the script's few-tile long-K shapes)
 #     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel (or each config that
 #              PROFILE_CONFIGS names) and cuBLAS's on PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall
 #              reasons per kernel)
@@ -151,6 +154,13 @@ fi
 if [[ $what == tiny ]]; then  # the small family's 64^3 winner against lean kernels that do only that shape
   python3 benchmarks/tiny_floor.py --repeats "${TINY_REPEATS:-5}" --json "$OUT/tiny_floor.json" 2>&1 \
     | tee "$OUT/tiny_floor.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+fi
+if [[ $what == fused ]]; then  # split-K summed in the GEMM's epilogue against the family's batch split-K
+  fused_shapes=()
+  [[ -z ${FUSED_SHAPES:-} ]] || fused_shapes=(--shapes $FUSED_SHAPES)
+  python3 benchmarks/fused_splitk.py --repeats "${FUSED_REPEATS:-2}" "${fused_shapes[@]}" \
+    --json "$OUT/fused_splitk.json" 2>&1 | tee "$OUT/fused_splitk.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel next to cuBLAS on PROFILE_SHAPES
