@@ -17,7 +17,11 @@ both kernels' times, fused / twin speedup (> 1: the fused kernel is faster) and 
 Measured (benchmarks/RESULTS.md, forty-fifth session, H100, a first cut without the twins): correct on every shape
 (77x1000x336 included), but 1.8-4x slower than the grid's winners and than the family's split-K as a batch on like
 tiles (512x512x8192 as 128 units of 4 K ranges: 128x64 tiles 25.2 us, the family's 64x128 ones with their reduction
-kernel 12.4), and ~6-8 us over them even on 77x1000x336's tiny units. Not understood yet; this script is the next measurement (the twins isolate the epilogue).
+kernel 12.4), and ~6-8 us over them even on 77x1000x336's tiny units. Part of it is the store: the first cut stores
+C element by element, as CUTLASS's no-smem epilogue does, which on the H200 costs a median 5.2 us per 128x128 tile
+over the TMA epilogue (2.4 us per 128x64: the store's no-smem / TMA twins). The staged variants (second cut) stage the
+summed tile in shared memory and store 16-byte row chunks; the unstaged ones are the first cut (their shared storage
+grew by a 16-byte placeholder). Neither the twins nor the second cut has run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import json
 import statistics
 import string
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cudal2.kernels.sm90 import FAMILY, Epilogue, Schedule, Scheduler, Sm90Config
@@ -50,21 +54,23 @@ class Variant:
     cluster_n: int
     schedule: Schedule  # cooperative or basic: one tile per epilogue call on all the CTA's consumer threads
     splits: int
+    staged: bool = False  # the tile goes to C through shared memory in 16-byte row chunks, not element by element
 
     @property
     def label(self) -> str:
         return (f"fused-{self.bm}x{self.bn}x{self.bk}-c{self.cluster_m}x{self.cluster_n}-{self.schedule.value}"
-                f"-s{self.splits}")
+                f"-s{self.splits}" + ("-staged" if self.staged else ""))
 
 
-# The first cut's fastest decompositions (forty-fifth session): 128x128 cooperative and 128x64 basic, 2 and 4 ranges.
-VARIANTS = tuple(Variant(bm, bn, 64, 1, 1, schedule, s) for bm, bn, schedule in
+# The first cut's fastest decompositions (forty-fifth session): 128x128 cooperative and 128x64 basic, 2 and 4 ranges;
+# each also staged (the second cut, not yet run on a GPU).
+VARIANTS = tuple(Variant(bm, bn, 64, 1, 1, schedule, s, staged) for staged in (False, True) for bm, bn, schedule in
                  ((128, 128, Schedule.COOPERATIVE), (128, 64, Schedule.BASIC)) for s in (2, 4))
 # Fewer 128x128 tiles than SMs and a long K; 77x1000x336 for odd M and N (K % (8 x 2) == 0 only: 4 ranges refuse it).
 SHAPES = ("77_1000_336", "1024_1024_4096", "512_1024_4096", "512_512_8192", "256_1024_8192", "1024_512_16384")
 
 SOURCE = string.Template(r"""// Split-K summed in the GEMM's epilogue (benchmarks/fused_splitk.py): ${bm}x${bn}x${bk} tile, ${cm}x${cn} cluster, ${sched},
-// ${s} K ranges; the sm90 family's split-K as a batch otherwise (its twin), without the reduction kernel.
+// ${s} K ranges${staged_note}; the sm90 family's split-K as a batch otherwise (its twin), without the reduction kernel.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -96,7 +102,10 @@ __device__ unsigned int g_tickets[MAX_TICKETS];
 // store is 512 contiguous bytes), then takes the tile's ticket; the range that draws the last ticket adds every
 // range's partial in the order l = 0, 1, ... (its own from registers: the same bits) and stores the tile as half.
 // The others are done. Deterministic, one launch, no second kernel.
-template <class StrideD_, class ThreadEpilogueOp_>
+// Staged (the second cut): the tile goes to C through shared memory in 16-byte row chunks instead of CUTLASS's
+// element-wise stores, which cost a median 5.2 us over the TMA epilogue per 128x128 tile on the H200 (the store's
+// no-smem / TMA twins, RESULTS forty-fifth session).
+template <class StrideD_, class ThreadEpilogueOp_, int TileM, int TileN, bool Staged>
 class TicketEpilogue {
  public:
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
@@ -116,7 +125,11 @@ class TicketEpilogue {
   static const int kOutputAlignment = ThreadEpilogueOp::kCount;
   using AlignmentType = typename cute::uint_bit<cutlass::sizeof_bits<ElementOutput>::value * kOutputAlignment>::type;
 
-  struct SharedStorage { int last; };  // thread 0's ticket verdict, read by every epilogue thread
+  static constexpr int kPitch = TileN + 8;  // halves per staging row: 16-byte aligned rows, skewed against bank conflicts
+  struct SharedStorage {
+    int last;  // thread 0's ticket verdict, read by every epilogue thread
+    alignas(16) cutlass::half_t tile[Staged ? TileM * kPitch : 8];  // the summed tile on its way to C (Staged)
+  };
   using TensorStorage = SharedStorage;
 
   struct Arguments {
@@ -195,7 +208,7 @@ class TicketEpilogue {
         accumulators(4 * j + 2) = s.z; accumulators(4 * j + 3) = s.w;
       }
     }
-    // Store as DefaultEpilogue does (predicated at M, N), into C: D's L stride is 0.
+    // Store as DefaultEpilogue does (predicated at M, N), into C: D's L stride is 0; or (Staged) through shared memory.
     auto stride_d = params.dD;
     Tensor mD_mnl = make_tensor(make_gmem_ptr(params.ptr_D), make_shape(M, N, L), stride_d);
     Tensor gD_mnl = local_tile(mD_mnl, blk_shape_MNK, make_coord(_, _, _), Step<_1, _1, X>{});
@@ -208,6 +221,32 @@ class TicketEpilogue {
     Tensor tCcD_mn = thr_mma.partition_C(cD_mn);
     Tensor tCcD = make_coord_tensor(tCcD_mn.layout());
     auto residue_tCcD = shape_MN - tCcD_mn(_0{});
+    if constexpr (Staged) {
+      cutlass::half_t* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
+      const int m0 = int(m_coord) * TileM, n0 = int(n_coord) * TileN;
+      cutlass::arch::NamedBarrier::sync(kThreads, 0);  // the previous tile's copy-out is done with the buffer
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accumulators); ++i) {
+        tile[(int(get<0>(tCcD_mn(i))) - m0) * kPitch + int(get<1>(tCcD_mn(i))) - n0] = ElementD(accumulators(i));
+      }
+      cutlass::arch::NamedBarrier::sync(kThreads, 0);
+      const int rows = min(TileM, int(M) - m0), cols = min(TileN, int(N) - n0);
+      const long long ldc = get<0>(stride_d);  // C row-major: (ldc, 1, 0)
+      ElementD* out = params.ptr_D + (long long)m0 * ldc + n0;
+      const bool vec = ldc % 8 == 0 && reinterpret_cast<uintptr_t>(params.ptr_D) % 16 == 0;
+      for (int q = thread_idx; q < TileM * (TileN / 8); q += kThreads) {  // 8 halves (16 bytes) of one row each
+        const int r = q / (TileN / 8), c = q % (TileN / 8) * 8;
+        if (r >= rows || c >= cols) continue;
+        const cutlass::half_t* src = tile + r * kPitch + c;
+        ElementD* dst = out + r * ldc + c;
+        if (vec && c + 8 <= cols) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          for (int e = 0; e < 8 && c + e < cols; ++e) dst[e] = src[e];
+        }
+      }
+      return;
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(accumulators); ++i) {
       if (elem_less(tCcD(i), residue_tCcD)) tCgD(i) = ElementD(accumulators(i));
@@ -235,7 +274,7 @@ using ClusterShape = Shape<Int<${cm}>, Int<${cn}>, _1>;
 using ThreadOp = cutlass::epilogue::thread::LinearCombination<ElementD, 1, ElementAccumulator, ElementCompute,
                                                               cutlass::epilogue::thread::ScaleType::OnlyAlphaScaling>;
 using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-    TicketEpilogue<cutlass::detail::TagToStrideC_t<LayoutD>, ThreadOp>>;
+    TicketEpilogue<cutlass::detail::TagToStrideC_t<LayoutD>, ThreadOp, ${bm}, ${bn}, ${staged}>>;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -309,21 +348,22 @@ def fused_source(v: Variant) -> str:
         raise ValueError(f"{v.label}: the epilogue's barrier spans all consumer threads on one tile: "
                          "cooperative or basic only")
     return SOURCE.substitute(bm=v.bm, bn=v.bn, bk=v.bk, cm=v.cluster_m, cn=v.cluster_n, sched=v.schedule.value,
-                             s=v.splits, kernel=KERNELS[v.schedule])
+                             s=v.splits, kernel=KERNELS[v.schedule], staged="true" if v.staged else "false",
+                             staged_note=", staged through shared memory" if v.staged else "")
 
 
 def twin(v: Variant) -> Sm90Config:
-    """The family's split-K as a batch on the same decomposition: its no-smem epilogue stores the fp32 partials and
-    splitk_reduce (no PDL) sums them."""
+    """The family's split-K as a batch on the same decomposition (staged or not): its no-smem epilogue stores the fp32
+    partials and splitk_reduce (no PDL) sums them."""
     return Sm90Config(bm=v.bm, bn=v.bn, bk=v.bk, cluster_m=v.cluster_m, cluster_n=v.cluster_n, schedule=v.schedule,
                       scheduler=Scheduler.PERSISTENT, epilogue=Epilogue.NOSMEM, stages=0, swizzle=1, acc=Acc.FP32,
                       splits=v.splits)
 
 
 def sources() -> dict[tuple[Variant, str], str]:
-    """(variant, "fused" | "twin") -> source."""
-    return {key: src for v in VARIANTS
-            for key, src in (((v, "fused"), fused_source(v)), ((v, "twin"), FAMILY.render(twin(v))))}
+    """(variant, "fused" | "twin") -> source; a staged variant shares its unstaged sibling's twin (the same config)."""
+    return {**{(v, "fused"): fused_source(v) for v in VARIANTS},
+            **{(v, "twin"): FAMILY.render(twin(v)) for v in VARIANTS if not v.staged}}
 
 
 def table(evals: dict[tuple[Variant, str, str], list[tuple[float, float]]]) -> str:
@@ -332,7 +372,7 @@ def table(evals: dict[tuple[Variant, str, str], list[tuple[float, float]]]) -> s
     lines = ["| variant | shape | fused us | twin us | twin / fused | cuBLAS us |", "|---|---|---|---|---|---|"]
     for v in VARIANTS:
         for shape in dict.fromkeys(s for (_, _, s) in evals):
-            fused, tw = evals.get((v, "fused", shape), []), evals.get((v, "twin", shape), [])
+            fused, tw = evals.get((v, "fused", shape), []), evals.get((replace(v, staged=False), "twin", shape), [])
             if not fused or not tw:
                 continue
             f, t = statistics.median(x for x, _ in fused), statistics.median(x for x, _ in tw)
