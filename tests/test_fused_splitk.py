@@ -66,7 +66,8 @@ def test_every_fused_kernel_and_twin_compiles_for_sm90a(fused, capsys):
     assert f"{n} kernels: {n} compiled" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--shapes", "64_64"], ["--shapes", "a_b_c"], ["--repeats", "0"]])
+@pytest.mark.parametrize("argv", [["--shapes", "64_64"], ["--shapes", "a_b_c"], ["--shapes", "0_64_64"],
+                                  ["--repeats", "0"]])
 def test_bad_arguments_are_refused_in_one_line(fused, capsys, argv):
     assert fused.main(argv) == 2
     err = capsys.readouterr().err.strip()
