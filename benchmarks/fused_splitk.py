@@ -34,6 +34,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cudal2.kernels import cuda_parts
 from cudal2.kernels.sm90 import FAMILY, Epilogue, Schedule, Scheduler, Sm90Config
 from cudal2.sandbox.types import Acc, Status, Task
 
@@ -93,10 +94,12 @@ namespace cudal2_sm90 {
 
 using namespace cute;
 
-// One ticket per output tile: the library's own device memory, zero when it loads, reset by each tile's last arrival.
-constexpr int MAX_TICKETS = 1 << 16;
-__device__ unsigned int g_tickets[MAX_TICKETS];
-
+// One ticket per output tile: the library's own device memory, zero when it loads, reset by each tile's last arrival
+// (the small family's and sm80's tickets and memory primitives, cudal2.kernels.cuda_parts; their last_arrival() syncs
+// the whole CTA, which a warp-specialised kernel's epilogue cannot: the named barriers below span its consumers only).
+constexpr int MAX_TICKETS = ${max_tickets};
+${tickets_decl}
+${last_arrival}
 // The no-smem epilogue (CUTLASS's DefaultEpilogue) with split-K's reduction in it: batch l of the GEMM is K range l
 // of every tile. Each range writes its fp32 accumulators to the workspace (interleaved by thread: a warp's float4
 // store is 512 contiguous bytes), then takes the tile's ticket; the range that draws the last ticket adds every
@@ -184,11 +187,11 @@ class TicketEpilogue {
       volatile int* last = &reinterpret_cast<SharedStorage*>(smem)->last;
       cutlass::arch::NamedBarrier::sync(kThreads, 0);
       if (thread_idx == 0) {
-        __threadfence();
-        const bool is_last = atomicAdd(&g_tickets[tile], 1u) == unsigned(L) - 1u;
+        fence_gpu();
+        const bool is_last = ticket_arrive(&g_tickets[tile]) == unsigned(L) - 1u;
         if (is_last) {
-          atomicExch(&g_tickets[tile], 0u);
-          __threadfence();
+          ticket_reset(&g_tickets[tile]);
+          fence_gpu();  // the other ranges fenced before their tickets: their partials are visible from here on
         }
         *last = is_last;
       }
@@ -210,17 +213,11 @@ class TicketEpilogue {
     }
     // Store as DefaultEpilogue does (predicated at M, N), into C: D's L stride is 0; or (Staged) through shared memory.
     auto stride_d = params.dD;
-    Tensor mD_mnl = make_tensor(make_gmem_ptr(params.ptr_D), make_shape(M, N, L), stride_d);
-    Tensor gD_mnl = local_tile(mD_mnl, blk_shape_MNK, make_coord(_, _, _), Step<_1, _1, X>{});
-    Tensor gD = gD_mnl(_, _, m_coord, n_coord, l_coord);
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor tCgD = thr_mma.partition_C(gD);
     auto shape_MN = make_shape(M, N);
     Tensor mD_crd = make_identity_tensor(shape_MN);
     Tensor cD_mn = local_tile(mD_crd, take<0, 2>(blk_shape_MNK), make_coord(m_coord, n_coord));
-    Tensor tCcD_mn = thr_mma.partition_C(cD_mn);
-    Tensor tCcD = make_coord_tensor(tCcD_mn.layout());
-    auto residue_tCcD = shape_MN - tCcD_mn(_0{});
+    Tensor tCcD_mn = thr_mma.partition_C(cD_mn);  // (m, n) of each accumulator
     if constexpr (Staged) {
       cutlass::half_t* tile = reinterpret_cast<SharedStorage*>(smem)->tile;
       const int m0 = int(m_coord) * TileM, n0 = int(n_coord) * TileN;
@@ -245,11 +242,16 @@ class TicketEpilogue {
           for (int e = 0; e < 8 && c + e < cols; ++e) dst[e] = src[e];
         }
       }
-      return;
-    }
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accumulators); ++i) {
-      if (elem_less(tCcD(i), residue_tCcD)) tCgD(i) = ElementD(accumulators(i));
+    } else {
+      Tensor mD_mnl = make_tensor(make_gmem_ptr(params.ptr_D), make_shape(M, N, L), stride_d);
+      Tensor gD_mnl = local_tile(mD_mnl, blk_shape_MNK, make_coord(_, _, _), Step<_1, _1, X>{});
+      Tensor tCgD = thr_mma.partition_C(gD_mnl(_, _, m_coord, n_coord, l_coord));
+      Tensor tCcD = make_coord_tensor(tCcD_mn.layout());
+      auto residue_tCcD = shape_MN - tCcD_mn(_0{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(accumulators); ++i) {
+        if (elem_less(tCcD(i), residue_tCcD)) tCgD(i) = ElementD(accumulators(i));
+      }
     }
   }
 
@@ -347,7 +349,8 @@ def fused_source(v: Variant) -> str:
     if v.schedule not in KERNELS:
         raise ValueError(f"{v.label}: the epilogue's barrier spans all consumer threads on one tile: "
                          "cooperative or basic only")
-    return SOURCE.substitute(bm=v.bm, bn=v.bn, bk=v.bk, cm=v.cluster_m, cn=v.cluster_n, sched=v.schedule.value,
+    return SOURCE.substitute(max_tickets=cuda_parts.MAX_TICKETS, tickets_decl=cuda_parts.TICKETS_DECL,
+                             last_arrival=cuda_parts.LAST_ARRIVAL, bm=v.bm, bn=v.bn, bk=v.bk, cm=v.cluster_m, cn=v.cluster_n, sched=v.schedule.value,
                              s=v.splits, kernel=KERNELS[v.schedule], staged="true" if v.staged else "false",
                              staged_note=", staged through shared memory" if v.staged else "")
 
