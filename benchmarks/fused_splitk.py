@@ -6,13 +6,14 @@ Why: where a shape has fewer output tiles than SMs and a long K (1024x1024x4096 
 the grid's winners run 64-row tiles or split K as a batch: fp32 partials to the workspace, then a second kernel sums
 them (~3.5 us more than the best kernel at 1024^3 on the H200). Here each K range writes its partial (interleaved by
 thread: a warp's float4 store is 512 contiguous bytes) and takes the tile's ticket; the range that draws the last
-ticket adds every range's partial in the order l = 0, 1, ... (its own from registers, the same bits) and stores the
-tile as half. One launch, no second kernel, deterministic. It is CUTLASS's batched GEMM (batch l = K range l, as the
-family's twin) with a no-smem epilogue of its own (CUTLASS's DefaultEpilogue plus the ticket), so the mainloop is
-the family's. Each variant is timed beside its twin in the family (same tile, cluster, schedule and K ranges, the
-no-smem epilogue writing fp32 partials, then splitk_reduce), `repeats` fresh evaluations each in offline mode,
-cuBLAS timed in every evaluation; nothing is stored. Printed per (variant, shape): the medians over the repeats of
-both kernels' times, fused / twin speedup (> 1: the fused kernel is faster) and cuBLAS.
+ticket adds every range's partial in the order l = 0, 1, ... (all read back from the workspace, a range's loads in
+flight together) and stores the tile as half. One launch, no second kernel, deterministic. It is CUTLASS's batched
+GEMM (batch l = K range l, as the family's twin) with a no-smem epilogue of its own (CUTLASS's DefaultEpilogue plus
+the ticket), so the mainloop is the family's. Each variant is timed beside its twin in the family (same tile,
+cluster, schedule and K ranges, the no-smem epilogue writing fp32 partials, then splitk_reduce), `repeats` fresh
+evaluations each in offline mode, cuBLAS timed in every evaluation; nothing is stored. Printed per (variant,
+shape): the medians over the repeats of both kernels' times, fused / twin speedup (> 1: the fused kernel is faster)
+and cuBLAS.
 
 Measured (benchmarks/RESULTS.md, forty-fifth session, H100, a first cut without the twins): correct on every shape
 (77x1000x336 included), but 1.8-4x slower than the grid's winners and than the family's split-K as a batch on like
@@ -103,12 +104,12 @@ ${last_arrival}
 // The no-smem epilogue (CUTLASS's DefaultEpilogue) with split-K's reduction in it: batch l of the GEMM is K range l
 // of every tile. Each range writes its fp32 accumulators to the workspace (interleaved by thread: a warp's float4
 // store is 512 contiguous bytes), then takes the tile's ticket; the range that draws the last ticket adds every
-// range's partial in the order l = 0, 1, ... (its own from registers: the same bits) and stores the tile as half.
+// range's partial in the order l = 0, 1, ... and stores the tile as half.
 // The others are done. Deterministic, one launch, no second kernel.
 // Staged (the second cut): the tile goes to C through shared memory in 16-byte row chunks instead of CUTLASS's
 // element-wise stores, which cost a median 5.2 us over the TMA epilogue per 128x128 tile on the H200 (the store's
 // no-smem / TMA twins, RESULTS forty-fifth session).
-template <class StrideD_, class ThreadEpilogueOp_, int TileM, int TileN, bool Staged>
+template <class StrideD_, class ThreadEpilogueOp_, int TileM, int TileN, int Splits, bool Staged>
 class TicketEpilogue {
  public:
   using EpilogueSchedule = cutlass::gemm::EpilogueDefault;
@@ -173,7 +174,7 @@ class TicketEpilogue {
     constexpr int kAcc = decltype(size(accumulators))::value;  // fp32 sums per thread
     constexpr int kThreads = decltype(size(tiled_mma))::value;  // epilogue threads: the consumer warpgroup(s)
     static_assert(kAcc % 4 == 0, "float4 partials");
-    if (L > 1) {
+    if constexpr (Splits > 1) {  // L == Splits: batch l is K range l
       const int tiles_m = (int(M) + int(size<0>(blk_shape_MNK)) - 1) / int(size<0>(blk_shape_MNK));
       const long long tile = (long long)m_coord + (long long)n_coord * tiles_m;
       float4* slots = reinterpret_cast<float4*>(params.partials);
@@ -197,18 +198,24 @@ class TicketEpilogue {
       }
       cutlass::arch::NamedBarrier::sync(kThreads, 0);
       if (!*last) return;
+      // Every range's partial from the workspace, this range's own too (its own stores: this thread sees them), range
+      // by range, so that a range's kAcc / 4 loads are in flight together; the first cut took its own from registers
+      // behind a branch per load, which issued the loads one at a time ((L - 1) x kAcc / 4 L2 round trips). Summed in
+      // the order l = 0, 1, ...: the same bits.
       const float4* first = slots + tile * L * per_range + thread_idx;
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kAcc / 4; ++j) {
-        float4 own = make_float4(accumulators(4 * j), accumulators(4 * j + 1), accumulators(4 * j + 2),
-                                 accumulators(4 * j + 3));
-        float4 s = l_coord == 0 ? own : __ldcg(first + j * kThreads);
-        for (int r = 1; r < int(L); ++r) {
-          float4 p = r == int(l_coord) ? own : __ldcg(first + r * per_range + j * kThreads);
-          s.x += p.x; s.y += p.y; s.z += p.z; s.w += p.w;
+      for (int r = 0; r < Splits; ++r) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const float4 p = __ldcg(first + r * per_range + j * kThreads);
+          if (r == 0) {
+            accumulators(4 * j) = p.x; accumulators(4 * j + 1) = p.y;
+            accumulators(4 * j + 2) = p.z; accumulators(4 * j + 3) = p.w;
+          } else {
+            accumulators(4 * j) += p.x; accumulators(4 * j + 1) += p.y;
+            accumulators(4 * j + 2) += p.z; accumulators(4 * j + 3) += p.w;
+          }
         }
-        accumulators(4 * j) = s.x; accumulators(4 * j + 1) = s.y;
-        accumulators(4 * j + 2) = s.z; accumulators(4 * j + 3) = s.w;
       }
     }
     // Store as DefaultEpilogue does (predicated at M, N), into C: D's L stride is 0; or (Staged) through shared memory.
@@ -276,7 +283,7 @@ using ClusterShape = Shape<Int<${cm}>, Int<${cn}>, _1>;
 using ThreadOp = cutlass::epilogue::thread::LinearCombination<ElementD, 1, ElementAccumulator, ElementCompute,
                                                               cutlass::epilogue::thread::ScaleType::OnlyAlphaScaling>;
 using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-    TicketEpilogue<cutlass::detail::TagToStrideC_t<LayoutD>, ThreadOp, ${bm}, ${bn}, ${staged}>>;
+    TicketEpilogue<cutlass::detail::TagToStrideC_t<LayoutD>, ThreadOp, ${bm}, ${bn}, ${s}, ${staged}>>;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

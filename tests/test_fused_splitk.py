@@ -44,8 +44,8 @@ def test_a_staged_variant_differs_only_in_its_store_and_shares_its_siblings_twin
     srcs = fused.sources()
     for v in staged:
         assert (v, "twin") not in srcs and (fused.replace(v, staged=False), "twin") in srcs
-        assert f"{v.bm}, {v.bn}, true>>;" in srcs[(v, "fused")]
-        assert f"{v.bm}, {v.bn}, false>>;" in srcs[(fused.replace(v, staged=False), "fused")]
+        assert f"{v.bm}, {v.bn}, {v.splits}, true>>;" in srcs[(v, "fused")]
+        assert f"{v.bm}, {v.bn}, {v.splits}, false>>;" in srcs[(fused.replace(v, staged=False), "fused")]
     plain, staged0 = fused.VARIANTS[0], fused.replace(fused.VARIANTS[0], staged=True)
     evals = {(plain, "twin", "1_2_8"): [(20.0, 21.0)], (staged0, "fused", "1_2_8"): [(8.0, 21.0)]}
     assert fused.table(evals).splitlines()[2:] == [f"| {staged0.label} | 1_2_8 | 8.00 | 20.00 | 2.500x | 21.00 |"]
