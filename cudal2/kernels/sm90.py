@@ -31,7 +31,10 @@ CUTLASS's verified Hopper pieces from the pinned nvidia-cutlass headers instead 
               into C (deterministic). Needs K % (8 * splits) == 0: equal, 16-byte aligned K ranges. With `pdl`
               that kernel is launched with programmatic dependent launch, as cuBLAS launches its own split-K
               reduction: it starts while the GEMM's last tiles finish (CUTLASS's grid dependency control lets it
-              launch after each CTA's last mainloop) and waits for their partials in place (griddepcontrol.wait)
+              launch after each CTA's last mainloop) and waits for their partials in place (griddepcontrol.wait).
+              With `reduction=last` (cooperative and basic kernels) there is no second kernel: the GEMM's epilogue
+              (cudal2.kernels.sm90_last) writes the partial, takes the tile's ticket, and the K range that draws the
+              last one sums the tile in order and stores C through shared memory
     epilogue  TMA store through shared memory (needs 16-byte aligned rows of C: N % 8 == 0), or CUTLASS's no-smem
               epilogue (predicated element stores from registers, any N). The TMA epilogue stores the tile in
               subtiles of 128 (cooperative) or 64 (pingpong) rows by `epi_n` columns, one shared-memory round trip
@@ -58,7 +61,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from cudal2.kernels import cuda_parts
+from cudal2.kernels import cuda_parts, sm90_last
 from cudal2.kernels.family import ADDED_LATER, BadConfig, Tiling, build_config, config_name
 from cudal2.sandbox.lt_algo import LtAlgo
 from cudal2.sandbox.types import MAX_WORKSPACE_BYTES, Acc, Task
@@ -120,17 +123,22 @@ class Scheduler(str, Enum):
 
 
 class Reduction(str, Enum):
-    """How the stream-K scheduler sums the partials (accumulator type) of one output tile in the workspace (CUTLASS
-    ReductionMode).
+    """How the partials (accumulator type) of one output tile's K ranges are summed.
 
+    Under the stream-K scheduler, in its workspace (CUTLASS ReductionMode):
     ordered: each K range waits for the one before it and adds its partial in turn (Deterministic: bitwise
              reproducible, but a tile's `splits` ranges finish one after another).
     atomic:  after the first range has stored its partial, the middle ranges add theirs with atomics at the same
              time, and the last one waits for all (Nondeterministic: the order of the sums varies per call).
+    Split-K as a batch (the persistent scheduler):
+    ordered: splitk_reduce, a second kernel, sums the slices in order.
+    last:    in the GEMM's own epilogue: the K range that arrives last at its tile's ticket sums the tile's partials in
+             order and stores it (cudal2.kernels.sm90_last); one launch, deterministic. Added later.
     """
 
     ORDERED = "ordered"
     ATOMIC = "atomic"
+    LAST = "last"
 
 
 class Raster(str, Enum):
@@ -305,8 +313,10 @@ def auto_epilogue_columns(cfg: Sm90Config) -> int:
 def epilogue_smem_bytes(cfg: Sm90Config) -> int:
     """sizeof(CollectiveEpilogue::SharedStorage): the TMA epilogue's D staging buffers (epilogue_rows x epi_n or
     CUTLASS's auto columns, D's type) plus their alignment pad; 0 for the no-smem epilogue. min(2, subtiles per CTA
-    tile) buffers.
+    tile) buffers. reduction=last: its own epilogue's (sm90_last), a BM x (BN + 8) half staging tile.
     """
+    if cfg.reduction is Reduction.LAST:  # TicketEpilogue's SharedStorage: the ticket's verdict, the staged half tile
+        return 16 + cfg.bm * (cfg.bn + 8) * 2
     if cfg.epilogue is Epilogue.NOSMEM:
         return 0
     epi_m = epilogue_rows(cfg)
@@ -371,6 +381,25 @@ def _one_tile_problem(cfg: Sm90Config) -> str | None:
     if cfg.ctas_per_sm > 1 and cfg.stages:
         return (f"ctas_per_sm={cfg.ctas_per_sm} sets the stage count (as many as fit): stages must be 0, got "
                 f"{cfg.stages} (an explicit count is its own config)")
+    return None
+
+
+def _last_problem(cfg: Sm90Config) -> str | None:
+    """Why a config cannot sum its split-K partials in its own epilogue (reduction=last, cudal2.kernels.sm90_last)."""
+    if not batched_split_k(cfg):
+        return ("reduction=last sums split-K-as-a-batch partials in the GEMM's epilogue: needs the persistent "
+                "scheduler and splits > 1")
+    if cfg.schedule not in (Schedule.COOPERATIVE, Schedule.BASIC):
+        return (f"reduction=last: its epilogue's barriers span the consumer threads of one tile, which the "
+                f"{cfg.schedule.value} kernel does not have together (cooperative or basic only)")
+    if cfg.epilogue is not Epilogue.NOSMEM:
+        return "reduction=last brings its own epilogue (CUTLASS's no-smem one with the sum in it): epilogue=nosmem"
+    if cfg.pdl:
+        return "reduction=last has no reduction kernel for pdl to launch early"
+    if cfg.swap_ab:
+        return "reduction=last stores the kernel's tile as rows of C: not with the operands swapped"
+    if cfg.acc is not Acc.FP32:
+        return "reduction=last keeps fp32 partials of fp32 accumulators: acc=fp32"
     return None
 
 
@@ -441,6 +470,8 @@ class Sm90Family:
             return "pdl starts split-K's reduction kernel early: only split-K as a batch (persistent, splits > 1) has one"
         if cfg.reduction is Reduction.ATOMIC and cfg.scheduler is not Scheduler.STREAMK:
             return "reduction=atomic sums K-range partials: only the stream-K scheduler has any (use ordered)"
+        if cfg.reduction is Reduction.LAST and (why := _last_problem(cfg)) is not None:
+            return why
         if (why := _epilogue_tile_problem(cfg)) is not None:
             return why
         if (regs := acc_regs(cfg)) > MAX_ACC_REGS:
@@ -467,7 +498,8 @@ class Sm90Family:
         (cluster x tile, in output elements) rather than its CTA counts: where the tile grows, the cluster shrinks,
         instead of overhanging the shape (over the store, an overhanging cluster ran a median 1.36x slower than the
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
-        split; each with its reduction launched by PDL, then without), then the stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
+        split; each with its reduction launched by PDL, then without, then summed by its last K range), then the
+        stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
         then the no-smem epilogue (shapes with N % 8 != 0 take only the latter); for an N tile that is an odd
         multiple of 16, then the TMA ones with a whole-tile epilogue subtile (epi_n = BN); last all of these that
         are persistent again as `basic` (one tile per CTA) where that is valid. [] when cuBLASLt left the
@@ -496,9 +528,11 @@ class Sm90Family:
                 swap_ab=swap,
             )
             # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first (its reduction launched
-            # with PDL, as cuBLAS launches its own, then without), then the stream-K scheduler's atomic and ordered
+            # with PDL, as cuBLAS launches its own, then without, then summed in the GEMM's epilogue by the last K
+            # range: no-smem epilogue, cooperative or basic only), then the stream-K scheduler's atomic and ordered
             # reductions.
             decompositions = [replace(base, splits=s, pdl=p) for s in batch_splits for p in (True, False)] + [
+                replace(base, splits=s, reduction=Reduction.LAST) for s in batch_splits] + [
                 replace(base, scheduler=Scheduler.STREAMK, splits=splits, reduction=r)
                 for r in (Reduction.ATOMIC, Reduction.ORDERED)] if splits > 1 else [base]
             out = [replace(c, epilogue=e) for c in decompositions for e in Epilogue]
@@ -524,7 +558,13 @@ class Sm90Family:
         if batched_split_k(cfg) and task.k % (8 * cfg.splits):
             return (f"split-K as a batch needs {cfg.splits} equal K ranges of whole 16-byte rows: "
                     f"K % {8 * cfg.splits} == 0, got K={task.k}")
-        if batched_split_k(cfg) and (partials := cfg.splits * task.m * task.n * 4) > MAX_WORKSPACE_BYTES:
+        tiles = math.ceil(task.m / cfg.bm) * math.ceil(task.n / cfg.bn)
+        if cfg.reduction is Reduction.LAST and tiles > cuda_parts.MAX_TICKETS:
+            return (f"reduction=last keeps one ticket per output tile, at most {cuda_parts.MAX_TICKETS}: "
+                    f"{task.m}x{task.n} has {tiles} tiles of {cfg.bm}x{cfg.bn}")
+        # the partials: splits slices of C, or with reduction=last splits whole tiles per tile
+        partials = cfg.splits * (tiles * cfg.bm * cfg.bn if cfg.reduction is Reduction.LAST else task.m * task.n) * 4
+        if batched_split_k(cfg) and partials > MAX_WORKSPACE_BYTES:
             return (f"split-K as a batch keeps {cfg.splits} fp32 partials of C: {partials / 2**30:.1f} GiB of "
                     f"workspace, over the harness's {MAX_WORKSPACE_BYTES >> 30} GiB")
         return None
@@ -533,7 +573,8 @@ class Sm90Family:
         rows, cols = output_tile(cfg)
         return Tiling(rows, cols, cfg.bk, cfg.splits,
                       stream_k=cfg.scheduler is Scheduler.STREAMK and cfg.splits == 1,
-                      serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED)
+                      serial_reduce=cfg.scheduler is Scheduler.STREAMK and cfg.reduction is Reduction.ORDERED,
+                      last_arrival=cfg.reduction is Reduction.LAST)
 
     def settle(self, cfg: Sm90Config) -> Sm90Config:
         """A one-tile-per-CTA config with the persistent scheduler tag, no swizzle and the heuristic raster order, an
@@ -556,11 +597,12 @@ class Sm90Family:
         if not isinstance(cfg, Sm90Config):
             raise BadConfig(f"not an Sm90Config: {cfg!r}")
         values = _template_values(self, cfg)
+        last = cfg.reduction is Reduction.LAST  # its own epilogue (sm90_last) before the kernel's types
         return "".join((
             _HEADER.substitute(values), EXTENDED_GMMA_DEFINE if extended_gmma(cfg) else "",
-            GDC_DEFINE if cfg.pdl else "", _INCLUDES,
+            GDC_DEFINE if cfg.pdl else "", _INCLUDES, sm90_last.INCLUDES if last else "",
             "\nnamespace cudal2_sm90 {\n\nusing namespace cute;\n\n",
-            _TYPES.substitute(values),
+            sm90_last.TICKET_EPILOGUE if last else "", _TYPES.substitute(values),
             _CACHED_ENTRY.substitute({**values, **_cached_launch_values(cfg, values)}) if cfg.host_cache
             else _ENTRY.substitute(values),
         ))
@@ -664,9 +706,18 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
                                 "workspace (clipped at M, N). C (beta * C) is void: never read.")
         design[Epilogue.NOSMEM] = ("Epilogue: accumulators -> fp32 -> predicated stores straight to the workspace. "
                                    "C (beta * C) is void: never read.")
-    d_type = "float" if batched else "cutlass::half_t"
+    last = cfg.reduction is Reduction.LAST
+    if last:  # the batch's partials summed in the GEMM's own epilogue (sm90_last)
+        design[Scheduler.PERSISTENT] = design[Scheduler.PERSISTENT].split("Split-K as a batch")[0] + (
+            f"Split-K as a batch: batch l of {cfg.splits} is K range l of every tile; each writes its fp32 partial to "
+            "the\n//     workspace and takes the tile's ticket; the range drawing the last ticket sums all the "
+            "tile's partials in\n//     order (deterministic) in the same epilogue: one launch, no reduction kernel.")
+        design[Epilogue.NOSMEM] = ("Epilogue: TicketEpilogue: fp32 partial -> the workspace -> ticket; the last range: "
+                                   "the sum -> half -> shared memory\n//     -> 16-byte row stores into C (clipped at "
+                                   "M, N). C (beta * C) is void: never read.")
+    d_type = "float" if batched and not last else "cutlass::half_t"
     align_d = "1" if cfg.epilogue is Epilogue.NOSMEM else str(16 // d_bytes(cfg))
-    return {
+    values = {
         **_launch_values(cfg),
         **_operand_values(cfg),
         **_orientation_values(cfg),
@@ -687,10 +738,15 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
+                          " as a batch, summed by its last K range in the epilogue (reduction=last)" if last else
                           " as a batch, summed by splitk_reduce" + (" (launched with PDL)" if cfg.pdl else "")
                           if batched else "",
         "raster_note": {Raster.HEURISTIC: "", Raster.ALONG_M: " along M", Raster.ALONG_N: " along N"}[cfg.raster],
     }
+    if last:
+        values["epilogue"] = "TicketEpilogue, cudal2.kernels.sm90_last"
+    epilogue_text = string.Template(sm90_last.COLLECTIVE_EPILOGUE) if last else _BUILT_EPILOGUE
+    return {**values, "collective_epilogue": epilogue_text.substitute(values)}
 
 
 def _epilogue_tile(cfg: Sm90Config) -> str:
@@ -787,10 +843,9 @@ _BATCHED_REDUCE = r"""  const long long MN = (long long)M * N;
   const unsigned blocks = unsigned(work < 1024LL * cudal2_sm90::REDUCE_THREADS
                                        ? (work + cudal2_sm90::REDUCE_THREADS - 1) / cudal2_sm90::REDUCE_THREADS : 1024);
 $reduce_launch"""
+_BATCHED_INIT = "  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;\n"
 _BATCHED_LAUNCH = string.Template(
-    _BATCHED_CHECKS + "  Gemm gemm;\n" + _GEMM_WORKSPACE
-    + "  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;\n"
-    + _GEMM_RUN + _BATCHED_REDUCE)
+    _BATCHED_CHECKS + "  Gemm gemm;\n" + _GEMM_WORKSPACE + _BATCHED_INIT + _GEMM_RUN + _BATCHED_REDUCE)
 
 _REDUCE_LAUNCH = string.Template("""  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
       static_cast<const float*>(workspace), C, MN, $splits, vec4);
@@ -838,11 +893,12 @@ def _cached_launch_values(cfg: Sm90Config, values: dict[str, str]) -> dict[str, 
               "init_step": "the device query or the shared memory limit" + (
                   ", or clearing the stream-K flags" if cfg.scheduler is Scheduler.STREAMK else "")}
     if batched_split_k(cfg):
+        last = cfg.reduction is Reduction.LAST  # no reduction kernel after the GEMM
+        checks = string.Template(sm90_last.CHECKS if last else _BATCHED_CHECKS).substitute(splits=cfg.splits)
         return {**common, "state": "",
-                "setup": _indent(string.Template(_BATCHED_CHECKS).substitute(splits=cfg.splits) + _GEMM_WORKSPACE
-                                 + _PARAMS.format("gemm_workspace")),
-                "call": _STATIC_RUN + string.Template(_BATCHED_REDUCE).substitute(splits=cfg.splits,
-                                                                                  reduce_launch=_reduce_launch(cfg))}
+                "setup": _indent(checks + _GEMM_WORKSPACE + _PARAMS.format("gemm_workspace")),
+                "call": _STATIC_RUN + ("  return 0;\n" if last else string.Template(_BATCHED_REDUCE).substitute(
+                    splits=cfg.splits, reduce_launch=_reduce_launch(cfg)))}
     if cfg.scheduler is Scheduler.STREAMK:
         return {**common,
                 "state": "  static thread_local size_t gemm_workspace_bytes = 0;  // Gemm::get_workspace_size of `built`\n",
@@ -854,6 +910,16 @@ def _cached_launch_values(cfg: Sm90Config, values: dict[str, str]) -> dict[str, 
 
 
 def _launch_values(cfg: Sm90Config) -> dict[str, str]:
+    if cfg.reduction is Reduction.LAST:
+        return {
+            "workspace_note": f"the {cfg.splits} fp32 partials of every output tile, then Gemm::get_workspace_size "
+                              "(0 for persistent).",
+            "flag_clearing": string.Template(sm90_last.HELPERS).substitute(splits=cfg.splits, bm=cfg.bm, bn=cfg.bn),
+            "init_step": "initialize",
+            "launch": string.Template(sm90_last.CHECKS).substitute(splits=cfg.splits) + "  Gemm gemm;\n"
+                      + _GEMM_WORKSPACE + _BATCHED_INIT + _GEMM_RUN + "  return 0;\n",
+            "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
+        }
     if batched_split_k(cfg):
         return {
             "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
@@ -905,13 +971,21 @@ def _operand_values(cfg: Sm90Config) -> dict[str, str]:
     if not batched_split_k(cfg):
         return {"operand_note": "", "mode": "kGemm", "problem_note": "M, N, K, L (L = 1 batch)",
                 "problem": "{M, N, K, 1}", "a_batch": "int64_t(M) * K", "b_batch": "int64_t(N) * K",
-                "d_param": "half* C", "d_pointer": "reinterpret_cast<ElementD*>(C)", "d_arg": "C"}
+                "d_param": "half* C", "d_pointer": "reinterpret_cast<ElementD*>(C)", "d_arg": "C",
+                "epilogue_partials": ""}
     s = cfg.splits
-    return {"operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{s}, (l + 1) * K/{s}) of A's and "
-                            "B's rows, and\n  // writes slice l of the fp32 partials.",
-            "mode": "kBatched", "problem_note": f"M, N, K / {s}, L = {s} K ranges",
-            "problem": f"{{M, N, K / {s}, {s}}}", "a_batch": f"int64_t(K) / {s}", "b_batch": f"int64_t(K) / {s}",
-            "d_param": "float* partials", "d_pointer": "partials", "d_arg": "static_cast<float*>(workspace)"}
+    batch = {"mode": "kBatched", "problem_note": f"M, N, K / {s}, L = {s} K ranges",
+             "problem": f"{{M, N, K / {s}, {s}}}", "a_batch": f"int64_t(K) / {s}", "b_batch": f"int64_t(K) / {s}"}
+    if cfg.reduction is Reduction.LAST:  # D is C (every range's tile is C's); the partials go to TicketEpilogue
+        return {**batch, "operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{s}, (l + 1) * K/{s}) "
+                                         "of A's and B's rows; its partial goes to\n  // the workspace, and the "
+                                         "range that arrives last stores C.",
+                "d_param": "half* C, float* partials", "d_pointer": "reinterpret_cast<ElementD*>(C)",
+                "d_arg": "C, static_cast<float*>(workspace)", "epilogue_partials": ", partials"}
+    return {**batch, "operand_note": f"\n  // Split-K as a batch: batch l is K range [l * K/{s}, (l + 1) * K/{s}) of "
+                                     "A's and B's rows, and\n  // writes slice l of the fp32 partials.",
+            "d_param": "float* partials", "d_pointer": "partials", "d_arg": "static_cast<float*>(workspace)",
+            "epilogue_partials": ""}
 
 
 _HEADER = string.Template(r"""// $name
@@ -964,6 +1038,14 @@ _INCLUDES = """#include <cuda_fp16.h>
 // inside an anonymous namespace of ours makes nvcc's generated launch stub ambiguous.
 """
 
+# CUTLASS's own epilogue (TMA or no-smem), as every config before reduction=last rendered it.
+_BUILT_EPILOGUE = string.Template("""using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    $epilogue_tile, ElementAccumulator, ElementCompute,
+    void, LayoutD, kAlignD,  // no C source
+    ElementD, LayoutD, kAlignD,
+    cutlass::epilogue::$epilogue>::CollectiveOp;""")
+
 # The kernel's types, inside a namespace that has `using namespace cute;` (shared by render and probe_source).
 _TYPES = string.Template(r"""using ElementA = cutlass::half_t;
 using ElementB = cutlass::half_t;
@@ -976,12 +1058,7 @@ constexpr int kAlignD = $align_d;
 using TileShape = Shape<Int<$bm>, Int<$bn>, Int<$bk>>;
 using ClusterShape = Shape<Int<$cm>, Int<$cn>, _1>;
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    $epilogue_tile, ElementAccumulator, ElementCompute,
-    void, LayoutD, kAlignD,  // no C source
-    ElementD, LayoutD, kAlignD,
-    cutlass::epilogue::$epilogue>::CollectiveOp;
+$collective_epilogue
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -1015,7 +1092,7 @@ static typename Gemm::Arguments make_arguments(const half* A, const half* B, $d_
       cutlass::gemm::GemmUniversalMode::$mode,
       $problem,
       {reinterpret_cast<const ElementA*>(A), stride_a, reinterpret_cast<const ElementB*>(B), stride_b},
-      {{}, nullptr, stride_d, $d_pointer, stride_d},
+      {{}, nullptr, stride_d, $d_pointer, stride_d$epilogue_partials},
       hw};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
@@ -1087,7 +1164,9 @@ def probe_source(family: Sm90Family, cfgs: list[Sm90Config]) -> str:
     """A host program printing, per config, `index stages smem_bytes epilogue_smem_bytes` as CUTLASS computes them
     (no kernel is instantiated, so it compiles fast and runs without a GPU); it calibrates and tests the smem model."""
     blocks = [
-        f"namespace probe{i} {{\nusing namespace cute;\n{_TYPES.substitute(_template_values(family, c))}}}\n"
+        f"namespace probe{i} {{\nusing namespace cute;\n"
+        f"{sm90_last.TICKET_EPILOGUE if c.reduction is Reduction.LAST else ''}"
+        f"{_TYPES.substitute(_template_values(family, c))}}}\n"
         for i, c in enumerate(cfgs)
     ]
     prints = [
@@ -1096,4 +1175,5 @@ def probe_source(family: Sm90Family, cfgs: list[Sm90Config]) -> str:
         for i in range(len(cfgs))
     ]
     define = EXTENDED_GMMA_DEFINE if any(map(extended_gmma, cfgs)) else ""
-    return "".join((define, _INCLUDES, "#include <cstdio>\n\n", *blocks, "\nint main() {\n", "\n".join(prints), "\n}\n"))
+    last = sm90_last.INCLUDES if any(c.reduction is Reduction.LAST for c in cfgs) else ""
+    return "".join((define, _INCLUDES, last, "#include <cstdio>\n\n", *blocks, "\nint main() {\n", "\n".join(prints), "\n}\n"))

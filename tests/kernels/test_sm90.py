@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from cudal2.kernels import cuda_parts
 from cudal2.kernels.family import BadConfig, config_name, config_params
 from cudal2.kernels.sm90 import (
     EXTENDED_GMMA_DEFINE,
@@ -52,6 +53,9 @@ from cudal2.tune_search import Candidate, estimate_us, one_step
 
 ARCH = "sm_90a"
 DEFAULT = FAMILY.default()
+# reduction=last as the fused split-K benchmark measured it first: 128x64 basic, 4 K ranges
+LAST_BASE = replace(DEFAULT, bm=128, bn=64, cluster_n=1, schedule=Schedule.BASIC, epilogue=Epilogue.NOSMEM, splits=4,
+                    reduction=Reduction.LAST)
 
 
 def cfg(**changes) -> Sm90Config:
@@ -155,11 +159,20 @@ def test_config_names_are_distinct_and_stable():
         (cfg(bn=128, ctas_per_sm=2), "the cooperative kernel is persistent"),
         (cfg(schedule=Schedule.BASIC, bm=64, bn=128, stages=4, ctas_per_sm=2), "stages must be 0, got 4"),
         (cfg(schedule=Schedule.BASIC, bm=128, bn=256, bk=128, acc=Acc.FP16, ctas_per_sm=4), "only 0 stage(s)"),
+        # reduction=last: split-K as a batch, one tile on all consumer threads, its own epilogue, no PDL or swap
+        (LAST_BASE, None),
+        (replace(LAST_BASE, splits=1), "needs the persistent scheduler and splits > 1"),
+        (replace(LAST_BASE, scheduler=Scheduler.STREAMK, schedule=Schedule.COOPERATIVE), "needs the persistent"),
+        (replace(LAST_BASE, schedule=Schedule.PINGPONG, bm=64), "cooperative or basic only"),
+        (replace(LAST_BASE, epilogue=Epilogue.TMA), "epilogue=nosmem"),
+        (replace(LAST_BASE, pdl=True), "no reduction kernel for pdl"),
+        (replace(LAST_BASE, swap_ab=True), "not with the operands swapped"),
+        (replace(LAST_BASE, acc=Acc.FP16), "acc=fp32"),
     ],
 )
 def test_prune_gives_the_reason(config, reason):
     why = FAMILY.prune(config, ARCH)
-    assert why is not None and reason in why
+    assert why is None if reason is None else why is not None and reason in why
 
 
 def test_unspecialized_takes_three_stages_or_more():
@@ -230,11 +243,12 @@ def test_prune_refuses_other_archs():
 
 
 def test_prune_is_consistent_with_the_models_over_the_space():
-    # Every 2971st config (a prime, so prime to every dimension's size: the walk visits every value of each): the
-    # whole product is ~8.7G configs since raster, cluster 4, more tile and split sizes, swap_ab, epi_n and
-    # ctas_per_sm came (the step grew 4x with ctas_per_sm's 4 values, keeping the walk at ~2.9M configs).
+    # Every 4457th config (a prime, so prime to every dimension's size: the walk visits every value of each): the
+    # whole product is ~13G configs since raster, cluster 4, more tile and split sizes, swap_ab, epi_n, ctas_per_sm
+    # and reduction=last came (the step grew 4x with ctas_per_sm's 4 values and 1.5x with reduction's third, keeping
+    # the walk at ~2.9M configs).
     kept, total = 0, 0
-    for c in every_config(step=2971):
+    for c in every_config(step=4457):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
@@ -248,9 +262,12 @@ def test_prune_is_consistent_with_the_models_over_the_space():
             assert not (c.schedule is Schedule.UNSPECIALIZED and
                         (c.epilogue is not Epilogue.NOSMEM or pipeline_stages(c) < 3))
             assert c.cluster_m * c.cluster_n <= 8
+            assert c.reduction is not Reduction.LAST or (
+                batched_split_k(c) and c.schedule in (Schedule.COOPERATIVE, Schedule.BASIC)
+                and c.epilogue is Epilogue.NOSMEM and not c.pdl and not c.swap_ab and c.acc is Acc.FP32)
         else:
             assert why and "\n" not in why
-    assert total > space_size() // 2971 - 1
+    assert total > space_size() // 4457 - 1
     # ~0.2%: split-K, stream-K and the atomic reduction need each other, an epi_n must divide BN, the one-tile
     # schedules take no swizzle or raster order (unspecialized only the no-smem epilogue), and ctas_per_sm > 1 (3/4 of
     # the product) only those schedules with stages 0
@@ -378,6 +395,42 @@ def test_split_k_as_a_batch_renders_partials_and_their_reduction():
 
 
 
+def separate_reduction(c: Sm90Config) -> bool:
+    """Whether the source launches splitk_reduce after the GEMM: split-K as a batch, not summed in the epilogue."""
+    return batched_split_k(c) and c.reduction is not Reduction.LAST
+
+
+def test_reduction_last_sums_the_batch_in_the_gemms_epilogue():
+    """reduction=last: split-K as a batch whose D is C itself, with TicketEpilogue (sm90_last) in place of CUTLASS's
+    epilogue; tickets in the library (cudal2.ops orders such kernels' launches), no reduction kernel."""
+    src = FAMILY.render(LAST_BASE)
+    assert check_source(src) == [] and "$" not in src
+    for piece in ("using ElementD = cutlass::half_t;", "{M, N, K / 4, 4},", "GemmUniversalMode::kBatched,",
+                  "class TicketEpilogue", cuda_parts.TICKETS_DECL, "Sm90TmaWarpSpecializedAdapter<",
+                  "TicketEpilogue<cutlass::detail::TagToStrideC_t<LayoutD>, ThreadOp, 128, 64, 4>>;",
+                  "{{}, nullptr, stride_d, reinterpret_cast<ElementD*>(C), stride_d, partials},",
+                  "make_arguments(A, B, C, static_cast<float*>(workspace), M, N, K)",
+                  "if (K % (8 * 4) != 0 || cudal2_sm90::tiles(M, N) > cudal2_sm90::MAX_TICKETS) return 1;",
+                  "(size_t(4) * tiles(M, N) * 128 * 64 * sizeof(float) + 255) / 256 * 256",
+                  "return cudal2_sm90::split_workspace_bytes(M, N, K);", "summed by its last K range in the epilogue",
+                  "#include <cutlass/epilogue/collective/detail.hpp>"):
+        assert piece in src, piece
+    assert "splitk_reduce" not in src and "CollectiveBuilder<\n    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, " \
+        "TileShape" not in src
+    assert src.index("class TicketEpilogue") < src.index("using CollectiveEpilogue")
+    assert config_name(FAMILY, LAST_BASE) == config_name(FAMILY, replace(LAST_BASE, reduction=Reduction.ORDERED)) + \
+        "-reductionlast"
+    tiling = FAMILY.tiling(LAST_BASE)
+    assert tiling.last_arrival and not tiling.serial_reduce and tiling.splits == 4
+    # One ticket per output tile, at most MAX_TICKETS; its partials are whole tiles (ragged edges included).
+    assert FAMILY.supports(LAST_BASE, Task(128 * 256, 64 * 256, 1024, Acc.FP32)) is None
+    assert "one ticket per output tile" in FAMILY.supports(LAST_BASE, Task(128 * 256 + 1, 64 * 256, 1024, Acc.FP32))
+    assert "K % 32 == 0" in FAMILY.supports(LAST_BASE, Task(77, 1000, 336, Acc.FP32))
+    assert FAMILY.supports(replace(LAST_BASE, splits=2), Task(77, 1000, 336, Acc.FP32)) is None  # any N: no TMA store
+    # The staging tile takes its shared memory from the mainloop's stages: 128 x (64 + 8) halves and the verdict.
+    assert pipeline_stages(LAST_BASE) == (SMEM_CAPACITY // 128 * 128 - (16 + 128 * 72 * 2)) // stage_bytes(LAST_BASE)
+
+
 def test_pdl_starts_the_reduction_early_and_leaves_older_configs_as_rendered():
     """pdl=True: CUTLASS's grid dependency control on (the GEMM triggers its dependent after its last mainloop),
     splitk_reduce launched with the PDL attribute and waiting in place for the partials. pdl=False renders as before."""
@@ -412,6 +465,8 @@ HOST_CACHE_SAMPLE = [
     cfg(bm=128, bn=64, cluster_n=1, scheduler=Scheduler.STREAMK, splits=4, host_cache=True),
     cfg(bm=64, bn=32, schedule=Schedule.PINGPONG, cluster_m=1, cluster_n=2, splits=4, pdl=True, swap_ab=True,
         host_cache=True),
+    # split-K as a batch summed in the GEMM's epilogue (reduction=last), cooperative in a 2x1 cluster
+    replace(LAST_BASE, bm=128, bn=128, cluster_m=2, schedule=Schedule.COOPERATIVE, splits=2, host_cache=True),
 ]
 
 
@@ -436,7 +491,7 @@ def test_host_cache_builds_the_parameters_only_when_the_call_changes(cached):
     assert every_call.count("Gemm::run(params, stream)") == 1
     flags = "clear_stream_k_flags(params, workspace, gemm_workspace_bytes, stream)"
     assert (flags in every_call) == (cached.scheduler is Scheduler.STREAMK)
-    assert ("cudal2_sm90::splitk_reduce" in every_call) == batched_split_k(cached)
+    assert ("cudal2_sm90::splitk_reduce" in every_call) == separate_reduction(cached)
     # without it, the entry point is the one the store's sources were measured with
     assert "thread_local" not in FAMILY.render(plain) and "CallKey" not in FAMILY.render(plain)
 
@@ -592,22 +647,26 @@ def test_configs_like_a_cublaslt_algorithm():
     # at the nearest power of two, 4, which divides any K the grid has; each with its reduction launched by PDL (as
     # cuBLAS launches its own), then without.
     assert first.schedule is Schedule.PINGPONG and batched_split_k(first) and first.pdl
-    # Then all of them again with one tile per CTA (basic), as nvjet launches its tiles.
-    assert [(c.splits, c.pdl, c.epilogue, c.schedule) for c in likes] == [
+    # Then all of them again with one tile per CTA (basic), as nvjet launches its tiles; last the basic ones summed
+    # by their last K range (reduction=last: pingpong's two consumer warpgroups run different tiles, so not there).
+    assert [(c.splits, c.pdl, c.epilogue, c.schedule) for c in likes[:16]] == [
         (s, p, e, schedule) for schedule in (Schedule.PINGPONG, Schedule.BASIC)
         for s in (5, 4) for p in (True, False) for e in Epilogue]
-    assert likes[8:] == [replace(c, schedule=Schedule.BASIC) for c in likes[:8]]
+    assert likes[8:16] == [replace(c, schedule=Schedule.BASIC) for c in likes[:8]]
+    assert likes[16:] == [replace(likes[8], splits=s, pdl=False, epilogue=Epilogue.NOSMEM, reduction=Reduction.LAST)
+                          for s in (5, 4)]
     assert all(FAMILY.prune(c, ARCH) is None for c in likes)
     # A 128-row tile also takes the stream-K scheduler's atomic, then ordered, reduction (no PDL: no second kernel).
     wide = FAMILY.like_cublaslt(LtAlgo(66, 128, 96, 4, "fp32 workspace", 2, 2))
-    # Their basic twins: the split-K-as-a-batch ones only (the basic kernel has no stream-K scheduler).
-    assert [(c.scheduler, c.reduction, c.pdl, c.schedule) for c in wide[::2]] == [
-        (Scheduler.PERSISTENT, Reduction.ORDERED, True, Schedule.COOPERATIVE),
-        (Scheduler.PERSISTENT, Reduction.ORDERED, False, Schedule.COOPERATIVE),
-        (Scheduler.STREAMK, Reduction.ATOMIC, False, Schedule.COOPERATIVE),
-        (Scheduler.STREAMK, Reduction.ORDERED, False, Schedule.COOPERATIVE),
-        (Scheduler.PERSISTENT, Reduction.ORDERED, True, Schedule.BASIC),
-        (Scheduler.PERSISTENT, Reduction.ORDERED, False, Schedule.BASIC)]
+    # Their basic twins: the split-K-as-a-batch ones only (the basic kernel has no stream-K scheduler). The sum by
+    # the last K range brings its own epilogue: no-smem only.
+    coop, basic, tma, nosmem = Schedule.COOPERATIVE, Schedule.BASIC, Epilogue.TMA, Epilogue.NOSMEM
+    batch = [(Reduction.ORDERED, True, e) for e in (tma, nosmem)] + [(Reduction.ORDERED, False, e) for e in (tma, nosmem)]
+    batch += [(Reduction.LAST, False, nosmem)]
+    assert [(c.scheduler, c.reduction, c.pdl, c.epilogue, c.schedule) for c in wide] == [
+        *[(Scheduler.PERSISTENT, *b, coop) for b in batch],
+        *[(Scheduler.STREAMK, r, False, e, coop) for r in (Reduction.ATOMIC, Reduction.ORDERED) for e in (tma, nosmem)],
+        *[(Scheduler.PERSISTENT, *b, basic) for b in batch]]
     # Its 32-row tile (on 256x256x12288) with the operands swapped: the kernel's 64 x 32 tile is 32 rows x 64
     # columns of C, and cuBLASLt's 2 CTAs along C's M are 2 along the kernel's N.
     (swapped, *_) = FAMILY.like_cublaslt(LtAlgo(66, 32, 64, 4, "fp32 workspace", 2, 1))
@@ -702,10 +761,10 @@ def test_compile_sample_for_sm90a(tmp_path):
         assert shape.status is Status.COMPILED, f"{config_name(FAMILY, c)}: {shape.status.value}: {shape.reason}"
         names = sorted(k.name for k in p.compile.kernels)
         # stream-K sources clear their barrier flags with a kernel of their own (not CUTLASS's memset); split-K as
-        # a batch sums its partials with one
-        assert len(names) == 1 + (c.scheduler is Scheduler.STREAMK or batched_split_k(c)), names
+        # a batch sums its partials with one, unless its epilogue does (reduction=last)
+        assert len(names) == 1 + (c.scheduler is Scheduler.STREAMK or separate_reduction(c)), names
         assert any("clear_flags" in n for n in names) == (c.scheduler is Scheduler.STREAMK), names
-        assert any("splitk_reduce" in n for n in names) == batched_split_k(c), names
+        assert any("splitk_reduce" in n for n in names) == separate_reduction(c), names
         for kernel in p.compile.kernels:
             assert kernel.spill_store_bytes == 0 and kernel.stack_bytes == 0, kernel
         assert "C7511" not in p.compile.log  # ptxas: "wgmma.mma_async instructions are serialized"
@@ -752,6 +811,10 @@ PROBE_SAMPLE = [
     cfg(bm=64, bn=128, schedule=Schedule.BASIC, cluster_n=1, ctas_per_sm=2),
     cfg(bm=128, bn=128, schedule=Schedule.BASIC, cluster_n=2, epi_n=128, ctas_per_sm=3),
     cfg(bm=64, bn=64, schedule=Schedule.UNSPECIALIZED, cluster_n=1, epilogue=Epilogue.NOSMEM, ctas_per_sm=4),
+    # reduction=last: its own epilogue's staging tile, beside the stages (cooperative) or in their union (basic)
+    replace(LAST_BASE, bm=128, bn=128, cluster_m=2, schedule=Schedule.COOPERATIVE, splits=2),
+    LAST_BASE,
+    replace(LAST_BASE, bm=64, bn=128, ctas_per_sm=2),
 ]
 
 
@@ -816,6 +879,11 @@ GPU_SAMPLE = [
     cfg(bm=128, bn=96, cluster_m=2, cluster_n=1, splits=4, swap_ab=True, epi_n=96),
     # The reduction of split-K as a batch started with PDL (the GEMM's partials waited for in place).
     cfg(bm=64, bn=64, schedule=Schedule.PINGPONG, cluster_m=2, cluster_n=2, splits=8, pdl=True),
+    # Split-K as a batch summed by its last K range in the GEMM's epilogue (reduction=last): 128x64 basic, 4 ranges
+    # (the fused benchmark's best on the H100), 64 rows in two CTAs per SM, and cooperative in a 1x2 cluster.
+    LAST_BASE,
+    replace(LAST_BASE, bm=64, bn=128, splits=8, ctas_per_sm=2),
+    replace(LAST_BASE, bm=128, bn=128, cluster_n=2, schedule=Schedule.COOPERATIVE, splits=2),
     # The kernel's parameters kept between calls (host_cache), for each launch path: the evaluator's checks change
     # the data in the same buffers and move between shapes.
     *HOST_CACHE_SAMPLE,
