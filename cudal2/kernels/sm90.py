@@ -498,8 +498,8 @@ class Sm90Family:
         (cluster x tile, in output elements) rather than its CTA counts: where the tile grows, the cluster shrinks,
         instead of overhanging the shape (over the store, an overhanging cluster ran a median 1.36x slower than the
         same config clipped, RESULTS ninth session). With split-K: as a batch (also at the nearest power-of-two
-        split; each with its reduction launched by PDL, then without, then summed by its last K range), then the
-        stream-K scheduler's atomic and ordered reductions (BM >= 128 only); each with the TMA,
+        split; each with its reduction launched by PDL, then without), then the stream-K scheduler's atomic and
+        ordered reductions (BM >= 128 only); each with the TMA,
         then the no-smem epilogue (shapes with N % 8 != 0 take only the latter); for an N tile that is an odd
         multiple of 16, then the TMA ones with a whole-tile epilogue subtile (epi_n = BN); last all of these that
         are persistent again as `basic` (one tile per CTA) where that is valid. [] when cuBLASLt left the
@@ -528,11 +528,10 @@ class Sm90Family:
                 swap_ab=swap,
             )
             # cuBLASLt's split-K sums fp32 partials from a workspace: split-K as a batch first (its reduction launched
-            # with PDL, as cuBLAS launches its own, then without, then summed in the GEMM's epilogue by the last K
-            # range: no-smem epilogue, cooperative or basic only), then the stream-K scheduler's atomic and ordered
-            # reductions.
+            # with PDL, as cuBLAS launches its own, then without), then the stream-K scheduler's atomic and ordered
+            # reductions. Not reduction=last: on like tiles it lost to the batch with PDL on all 32 pairs measured
+            # (0.68-0.98x, H100, RESULTS forty-sixth session), so a cuBLASLt-guided round would spend its evaluations.
             decompositions = [replace(base, splits=s, pdl=p) for s in batch_splits for p in (True, False)] + [
-                replace(base, splits=s, reduction=Reduction.LAST) for s in batch_splits] + [
                 replace(base, scheduler=Scheduler.STREAMK, splits=splits, reduction=r)
                 for r in (Reduction.ATOMIC, Reduction.ORDERED)] if splits > 1 else [base]
             out = [replace(c, epilogue=e) for c in decompositions for e in Epilogue]

@@ -106,6 +106,10 @@ class TicketEpilogue {{
     constexpr int kAcc = decltype(size(accumulators))::value;  // fp32 sums per thread
     constexpr int kThreads = decltype(size(tiled_mma))::value;  // epilogue threads: the consumer warpgroup(s)
     static_assert(kAcc % 4 == 0, "float4 partials");
+    const int m0 = int(m_coord) * TileM, n0 = int(n_coord) * TileN;
+    // A tile wholly past M or N: a CTA that pads the grid to whole clusters (a 2x1 cluster over one row of tiles).
+    // It has no ticket or partial of its own (its index would be another tile's), and nothing to store.
+    if (m0 >= int(M) || n0 >= int(N)) return;
     SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem);
     const int tiles_m = (int(M) + TileM - 1) / TileM;
     const long long tile = (long long)m_coord + (long long)n_coord * tiles_m;
@@ -154,7 +158,6 @@ class TicketEpilogue {{
     Tensor cD_mn = local_tile(make_identity_tensor(make_shape(M, N)), take<0, 2>(blk_shape_MNK),
                               make_coord(m_coord, n_coord));
     Tensor tCcD_mn = thr_mma.partition_C(cD_mn);  // (m, n) of each accumulator
-    const int m0 = int(m_coord) * TileM, n0 = int(n_coord) * TileN;
     cutlass::arch::NamedBarrier::sync(kThreads, 0);  // the previous tile's copy-out is done with the buffer
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(accumulators); ++i) {{
