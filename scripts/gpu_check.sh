@@ -8,8 +8,9 @@
 #            with fence.acq_rel.gpu, FENCE_REPEATS (3) fresh evaluations of each on the script's long-K shapes
 #     tiny: benchmarks/tiny_floor.py: 64x64x64's small-family winner against lean kernels that do only that shape,
 #           TINY_REPEATS (5) fresh evaluations each: what the family's generality costs at the smallest shape
-#     fused: benchmarks/fused_splitk.py: split-K summed in the GEMM's epilogue by the last K range against the sm90
-#            family's split-K as a batch on the same tiles, FUSED_REPEATS (2) fresh evaluations each on FUSED_SHAPES
+#     fused: benchmarks/fused_splitk.py: the sm90 family's reduction=last (split-K summed in the GEMM's epilogue by the
+#            last K range) against its batch with splitk_reduce, plain and with PDL, on the same tiles,
+#            FUSED_REPEATS (2) fresh evaluations each on FUSED_SHAPES
 #            (default: the script's few-tile long-K shapes)
 #     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel (or each config that
 #              PROFILE_CONFIGS names) and cuBLAS's on PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall
