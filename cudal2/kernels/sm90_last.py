@@ -16,9 +16,12 @@ warpgroups run different tiles). The tickets are the library's own device memory
 output tile, at most MAX_TICKETS), zero at load and reset by each tile's last arrival: calls on one stream do not
 overlap, and cudal2.ops orders a ticket kernel's launches across streams.
 
-Measured (benchmarks/fused_splitk.py, RESULTS forty-sixth session, H100): on like tiles, 1.02-1.35x faster than the
-family's batch with splitk_reduce on 19 of 20 shapes; CUTLASS's element-wise store in place of the staged one gave
-back most of that (its stores cost a median 5.2 us per 128x128 tile over the TMA epilogue on the H200).
+Measured (benchmarks/fused_splitk.py, RESULTS forty-sixth session, H100, 6 configs x 6 few-tile long-K shapes): on
+like tiles, faster than the family's batch with a plainly launched splitk_reduce on 29 of 32 pairs (1.01-1.34x), but
+slower than the batch whose TMA epilogue writes the partials and whose splitk_reduce starts early by PDL on all 32
+(0.68-0.98x, median 0.90x): one CTA per tile reads all its partials while the others have left. CUTLASS's
+element-wise store in place of the staged one cost the prototype most of its gain (those stores cost a median 5.2 us
+per 128x128 tile over the TMA epilogue on the H200).
 """
 
 from __future__ import annotations
