@@ -403,6 +403,21 @@ def _last_problem(cfg: Sm90Config) -> str | None:
     return None
 
 
+def _batch_problem(cfg: Sm90Config, task: Task) -> str | None:
+    """Why split-K as a batch cannot keep this shape's partials: with reduction=last more tiles than tickets; the
+    workspace over the harness's cap (splits slices of C, or with reduction=last splits whole tiles per tile)."""
+    last = cfg.reduction is Reduction.LAST
+    tiles = math.ceil(task.m / cfg.bm) * math.ceil(task.n / cfg.bn)
+    if last and tiles > cuda_parts.MAX_TICKETS:
+        return (f"reduction=last keeps one ticket per output tile, at most {cuda_parts.MAX_TICKETS}: "
+                f"{task.m}x{task.n} has {tiles} tiles of {cfg.bm}x{cfg.bn}")
+    partials = cfg.splits * (tiles * cfg.bm * cfg.bn if last else task.m * task.n) * 4
+    if partials > MAX_WORKSPACE_BYTES:
+        return (f"split-K as a batch keeps {cfg.splits} fp32 partials of C: {partials / 2**30:.1f} GiB of "
+                f"workspace, over the harness's {MAX_WORKSPACE_BYTES >> 30} GiB")
+    return None
+
+
 def _nearest(values: tuple[int, ...], x: float) -> int:
     """The value of `values` closest to x in log2 (ties: the smaller)."""
     return min(values, key=lambda v: (abs(math.log2(v / x)), v))
@@ -557,15 +572,8 @@ class Sm90Family:
         if batched_split_k(cfg) and task.k % (8 * cfg.splits):
             return (f"split-K as a batch needs {cfg.splits} equal K ranges of whole 16-byte rows: "
                     f"K % {8 * cfg.splits} == 0, got K={task.k}")
-        tiles = math.ceil(task.m / cfg.bm) * math.ceil(task.n / cfg.bn)
-        if cfg.reduction is Reduction.LAST and tiles > cuda_parts.MAX_TICKETS:
-            return (f"reduction=last keeps one ticket per output tile, at most {cuda_parts.MAX_TICKETS}: "
-                    f"{task.m}x{task.n} has {tiles} tiles of {cfg.bm}x{cfg.bn}")
-        # the partials: splits slices of C, or with reduction=last splits whole tiles per tile
-        partials = cfg.splits * (tiles * cfg.bm * cfg.bn if cfg.reduction is Reduction.LAST else task.m * task.n) * 4
-        if batched_split_k(cfg) and partials > MAX_WORKSPACE_BYTES:
-            return (f"split-K as a batch keeps {cfg.splits} fp32 partials of C: {partials / 2**30:.1f} GiB of "
-                    f"workspace, over the harness's {MAX_WORKSPACE_BYTES >> 30} GiB")
+        if batched_split_k(cfg):
+            return _batch_problem(cfg, task)
         return None
 
     def tiling(self, cfg: Sm90Config) -> Tiling:
@@ -843,8 +851,6 @@ _BATCHED_REDUCE = r"""  const long long MN = (long long)M * N;
                                        ? (work + cudal2_sm90::REDUCE_THREADS - 1) / cudal2_sm90::REDUCE_THREADS : 1024);
 $reduce_launch"""
 _BATCHED_INIT = "  if (gemm.initialize(args, gemm_workspace, stream) != cutlass::Status::kSuccess) return 3;\n"
-_BATCHED_LAUNCH = string.Template(
-    _BATCHED_CHECKS + "  Gemm gemm;\n" + _GEMM_WORKSPACE + _BATCHED_INIT + _GEMM_RUN + _BATCHED_REDUCE)
 
 _REDUCE_LAUNCH = string.Template("""  cudal2_sm90::splitk_reduce<<<blocks, cudal2_sm90::REDUCE_THREADS, 0, stream>>>(
       static_cast<const float*>(workspace), C, MN, $splits, vec4);
@@ -877,6 +883,21 @@ def _reduce_launch(cfg: Sm90Config) -> str:
     return (_REDUCE_LAUNCH_PDL if cfg.pdl else _REDUCE_LAUNCH).substitute(splits=cfg.splits)
 
 
+def _batch_checks(cfg: Sm90Config) -> str:
+    """Split-K as a batch: the entry point's checks after the arguments (equal K ranges, the workspace; with
+    reduction=last a ticket per tile)."""
+    return string.Template(sm90_last.CHECKS if cfg.reduction is Reduction.LAST else _BATCHED_CHECKS).substitute(
+        splits=cfg.splits)
+
+
+def _after_batch(cfg: Sm90Config) -> str:
+    """Split-K as a batch: what the entry point does after the GEMM's launch: splitk_reduce, or with reduction=last
+    nothing (the epilogue summed the partials)."""
+    if cfg.reduction is Reduction.LAST:
+        return "  return 0;\n"
+    return string.Template(_BATCHED_REDUCE).substitute(splits=cfg.splits, reduce_launch=_reduce_launch(cfg))
+
+
 # host_cache's pieces of _CACHED_ENTRY. Every launch kind keeps GemmKernel::to_underlying_arguments() as `params` and
 # launches with Gemm::run(params): initialize() without its workspace step, which the persistent scheduler does not
 # need (no workspace) and the stream-K flags need on every call (clear_stream_k_flags, as without the cache).
@@ -892,12 +913,9 @@ def _cached_launch_values(cfg: Sm90Config, values: dict[str, str]) -> dict[str, 
               "init_step": "the device query or the shared memory limit" + (
                   ", or clearing the stream-K flags" if cfg.scheduler is Scheduler.STREAMK else "")}
     if batched_split_k(cfg):
-        last = cfg.reduction is Reduction.LAST  # no reduction kernel after the GEMM
-        checks = string.Template(sm90_last.CHECKS if last else _BATCHED_CHECKS).substitute(splits=cfg.splits)
         return {**common, "state": "",
-                "setup": _indent(checks + _GEMM_WORKSPACE + _PARAMS.format("gemm_workspace")),
-                "call": _STATIC_RUN + ("  return 0;\n" if last else string.Template(_BATCHED_REDUCE).substitute(
-                    splits=cfg.splits, reduce_launch=_reduce_launch(cfg)))}
+                "setup": _indent(_batch_checks(cfg) + _GEMM_WORKSPACE + _PARAMS.format("gemm_workspace")),
+                "call": _STATIC_RUN + _after_batch(cfg)}
     if cfg.scheduler is Scheduler.STREAMK:
         return {**common,
                 "state": "  static thread_local size_t gemm_workspace_bytes = 0;  // Gemm::get_workspace_size of `built`\n",
@@ -909,24 +927,17 @@ def _cached_launch_values(cfg: Sm90Config, values: dict[str, str]) -> dict[str, 
 
 
 def _launch_values(cfg: Sm90Config) -> dict[str, str]:
-    if cfg.reduction is Reduction.LAST:
-        return {
-            "workspace_note": f"the {cfg.splits} fp32 partials of every output tile, then Gemm::get_workspace_size "
-                              "(0 for persistent).",
-            "flag_clearing": string.Template(sm90_last.HELPERS).substitute(splits=cfg.splits, bm=cfg.bm, bn=cfg.bn),
-            "init_step": "initialize",
-            "launch": string.Template(sm90_last.CHECKS).substitute(splits=cfg.splits) + "  Gemm gemm;\n"
-                      + _GEMM_WORKSPACE + _BATCHED_INIT + _GEMM_RUN + "  return 0;\n",
-            "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
-        }
     if batched_split_k(cfg):
+        last = cfg.reduction is Reduction.LAST  # partials kept per tile and summed in the epilogue (sm90_last)
         return {
-            "workspace_note": f"the {cfg.splits} fp32 partials of C (M x N each), then Gemm::get_workspace_size "
-                              "(0 for persistent).",
-            "flag_clearing": _BATCHED_HELPERS.substitute(
-                splits=cfg.splits, splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
+            "workspace_note": f"the {cfg.splits} fp32 partials of " + ("every output tile" if last else "C (M x N each)")
+                              + ", then Gemm::get_workspace_size (0 for persistent).",
+            "flag_clearing": string.Template(sm90_last.HELPERS).substitute(splits=cfg.splits, bm=cfg.bm, bn=cfg.bn)
+                             if last else _BATCHED_HELPERS.substitute(
+                                 splits=cfg.splits, splitk_reduce=cuda_parts.splitk_reduce(wait=cfg.pdl, batched=True)),
             "init_step": "initialize",
-            "launch": _BATCHED_LAUNCH.substitute(splits=cfg.splits, reduce_launch=_reduce_launch(cfg)),
+            "launch": _batch_checks(cfg) + "  Gemm gemm;\n" + _GEMM_WORKSPACE + _BATCHED_INIT + _GEMM_RUN
+                      + _after_batch(cfg),
             "workspace_bytes": f"cudal2_sm90::split_workspace_bytes({_mn(cfg)}, K)",
         }
     launch = _STREAMK_LAUNCH if cfg.scheduler is Scheduler.STREAMK else _PERSISTENT_LAUNCH
