@@ -669,59 +669,10 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         order = "AlongM" if cfg.raster is Raster.ALONG_M else "AlongN"
         scheduler_args += ("\n  args.scheduler.raster_order =  // forced, not CUTLASS's heuristic\n"
                            f"      cutlass::gemm::kernel::detail::RasterOrderOptions::{order};")
-    # The wording is part of stored sources (their hash): keep it as measured, "fp32" even for fp16 accumulators.
-    reduced = ("reduced with fp32 atomics (the first range stores,\n//     the middle ones add at once, the last "
-               "waits for all: the summation order varies per call)." if atomic else
-               "reduced in a fixed order (deterministic).")
     n_align = "N % 8 == 0 (TMA store)" if cfg.epilogue is Epilogue.TMA else "any N"
     if batched:
         n_align += f"; K % {8 * cfg.splits} == 0 (equal K ranges of whole 16-byte rows)"
-    design = {
-        Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
-                              "BM/2 rows,\n//     into register accumulators; the producer warpgroup gives its "
-                              "registers to them (setmaxnreg).",
-        Schedule.PINGPONG: "Two consumer warpgroups run wgmma (operands from shared memory) on alternate tiles: "
-                           "while one\n//     stores its tile (epilogue), the other computes the next one.",
-        Schedule.BASIC: "One consumer warpgroup runs wgmma (operands from shared memory) on the CTA's one tile, then "
-                        "stores it;\n//     the producer warp's TMA loads run ahead of it through the stage pipeline.",
-        Schedule.UNSPECIALIZED: "Not warp-specialised: the same 128 threads run wgmma (operands from shared memory) "
-                                "on the CTA's one tile,\n//     then store it.",
-        Scheduler.PERSISTENT: "Persistent: one CTA per SM (clusters kept together) walks the output tiles in "
-                              "swizzled order." if not batched else
-                              f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of "
-                              "every tile; persistent CTAs\n//     (one per SM) walk the tiles of all batches. Each tile "
-                              "writes its fp32 partial to slice l of the\n//     workspace; splitk_reduce sums the "
-                              "slices in order into C (deterministic).",
-        Scheduler.STREAMK: ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
-                            f"partial sums\n//     meet in the workspace and are {reduced}" if cfg.splits == 1 else
-                            f"Split-K through the stream-K scheduler: each output tile's K loop in {cfg.splits} "
-                            "equal ranges on\n//     different CTAs (more CTAs than tiles for skinny long-K shapes); "
-                            f"partial sums meet in the\n//     workspace and are {reduced}"),
-        Epilogue.TMA: "Epilogue: accumulators -> half -> swizzled shared memory -> TMA store (clipped at M, N). "
-                      "C (beta * C) is void: never read.",
-        Epilogue.NOSMEM: "Epilogue: accumulators -> half -> predicated stores straight to global memory. "
-                         "C (beta * C) is void: never read.",
-    }
-    if cfg.schedule in ONE_TILE_PER_CTA:  # the persistent tag, but no persistent loop: one CTA per tile
-        design[Scheduler.PERSISTENT] = (
-            "Not persistent: one CTA per output tile (grid = the tiles, in launch order), no tile scheduler loop." +
-            (f"\n//     Split-K as a batch: grid.z is the K range l of {cfg.splits}; each tile writes its fp32 "
-             "partial to slice l of the\n//     workspace; splitk_reduce sums the slices in order into C "
-             "(deterministic)." if batched else ""))
-    if batched:  # the epilogue stores fp32 partials into the workspace, not half C
-        design[Epilogue.TMA] = ("Epilogue: accumulators -> fp32 -> swizzled shared memory -> TMA store into the "
-                                "workspace (clipped at M, N). C (beta * C) is void: never read.")
-        design[Epilogue.NOSMEM] = ("Epilogue: accumulators -> fp32 -> predicated stores straight to the workspace. "
-                                   "C (beta * C) is void: never read.")
     last = cfg.reduction is Reduction.LAST
-    if last:  # the batch's partials summed in the GEMM's own epilogue (sm90_last)
-        design[Scheduler.PERSISTENT] = design[Scheduler.PERSISTENT].split("Split-K as a batch")[0] + (
-            f"Split-K as a batch: batch l of {cfg.splits} is K range l of every tile; each writes its fp32 partial to "
-            "the\n//     workspace and takes the tile's ticket; the range drawing the last ticket sums all the "
-            "tile's partials in\n//     order (deterministic) in the same epilogue: one launch, no reduction kernel.")
-        design[Epilogue.NOSMEM] = ("Epilogue: TicketEpilogue: fp32 partial -> the workspace -> ticket; the last range: "
-                                   "the sum -> half -> shared memory\n//     -> 16-byte row stores into C (clipped at "
-                                   "M, N). C (beta * C) is void: never read.")
     d_type = "float" if batched and not last else "cutlass::half_t"
     align_d = "1" if cfg.epilogue is Epilogue.NOSMEM else str(16 // d_bytes(cfg))
     values = {
@@ -740,8 +691,8 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         "tile_scheduler": scheduler,
         "scheduler_tag_note": ": only the tag, one CTA per tile" if cfg.schedule in ONE_TILE_PER_CTA else "",
         "producer_design": _PRODUCER_DESIGN[cfg.schedule is Schedule.UNSPECIALIZED],
-        "n_align": n_align, "schedule_design": design[cfg.schedule], "scheduler_design": design[cfg.scheduler],
-        "epilogue_design": design[cfg.epilogue], "epilogue_tile": _epilogue_tile(cfg),
+        "n_align": n_align, "schedule_design": _SCHEDULE_DESIGN[cfg.schedule], "scheduler_design": _tile_walk_design(cfg),
+        "epilogue_design": _epilogue_design(cfg), "epilogue_tile": _epilogue_tile(cfg),
         "align_d": align_d, "element_d": d_type,
         "splits": str(cfg.splits), "scheduler_args": scheduler_args,
         "reduction_note": ", atomic (nondeterministic) reduction" if atomic else
@@ -754,6 +705,66 @@ def _template_values(family: Sm90Family, cfg: Sm90Config) -> dict[str, str]:
         values["epilogue"] = "TicketEpilogue, cudal2.kernels.sm90_last"
     epilogue_text = string.Template(sm90_last.COLLECTIVE_EPILOGUE) if last else _BUILT_EPILOGUE
     return {**values, "collective_epilogue": epilogue_text.substitute(values)}
+
+
+# The generated source's design lines (part of stored sources, their hash: keep the wording as measured).
+_SCHEDULE_DESIGN = {
+    Schedule.COOPERATIVE: "Two consumer warpgroups run wgmma (operands from shared memory) on one tile, each on "
+                          "BM/2 rows,\n//     into register accumulators; the producer warpgroup gives its "
+                          "registers to them (setmaxnreg).",
+    Schedule.PINGPONG: "Two consumer warpgroups run wgmma (operands from shared memory) on alternate tiles: "
+                       "while one\n//     stores its tile (epilogue), the other computes the next one.",
+    Schedule.BASIC: "One consumer warpgroup runs wgmma (operands from shared memory) on the CTA's one tile, then "
+                    "stores it;\n//     the producer warp's TMA loads run ahead of it through the stage pipeline.",
+    Schedule.UNSPECIALIZED: "Not warp-specialised: the same 128 threads run wgmma (operands from shared memory) "
+                            "on the CTA's one tile,\n//     then store it.",
+}
+_ONE_TILE_WALK = "Not persistent: one CTA per output tile (grid = the tiles, in launch order), no tile scheduler loop."
+
+
+def _tile_walk_design(cfg: Sm90Config) -> str:
+    """The design line of how CTAs walk the tiles (the scheduler's, or one CTA per tile) and of split-K's form."""
+    one_tile = cfg.schedule in ONE_TILE_PER_CTA  # the persistent tag, but no persistent loop
+    if cfg.scheduler is Scheduler.STREAMK:
+        # "fp32" even for fp16 accumulators: the wording as measured.
+        reduced = ("reduced with fp32 atomics (the first range stores,\n//     the middle ones add at once, the last "
+                   "waits for all: the summation order varies per call)." if cfg.reduction is Reduction.ATOMIC else
+                   "reduced in a fixed order (deterministic).")
+        if cfg.splits == 1:
+            return ("Persistent stream-K: tail tiles' K loops are split across SMs so all SMs stay busy; "
+                    f"partial sums\n//     meet in the workspace and are {reduced}")
+        return (f"Split-K through the stream-K scheduler: each output tile's K loop in {cfg.splits} equal ranges "
+                "on\n//     different CTAs (more CTAs than tiles for skinny long-K shapes); partial sums meet in "
+                f"the\n//     workspace and are {reduced}")
+    if not batched_split_k(cfg):
+        return _ONE_TILE_WALK if one_tile else ("Persistent: one CTA per SM (clusters kept together) walks the "
+                                                "output tiles in swizzled order.")
+    if cfg.reduction is Reduction.LAST:  # the batch's partials summed in the GEMM's own epilogue (sm90_last)
+        return (_ONE_TILE_WALK + "\n//     " if one_tile else "") + (
+            f"Split-K as a batch: batch l of {cfg.splits} is K range l of every tile; each writes its fp32 partial to "
+            "the\n//     workspace and takes the tile's ticket; the range drawing the last ticket sums all the "
+            "tile's partials in\n//     order (deterministic) in the same epilogue: one launch, no reduction kernel.")
+    if one_tile:
+        return (_ONE_TILE_WALK + f"\n//     Split-K as a batch: grid.z is the K range l of {cfg.splits}; each tile "
+                "writes its fp32 partial to slice l of the\n//     workspace; splitk_reduce sums the slices in order "
+                "into C (deterministic).")
+    return (f"Split-K as a batch: the GEMM is {cfg.splits} batches, batch l over K range l of every tile; "
+            "persistent CTAs\n//     (one per SM) walk the tiles of all batches. Each tile writes its fp32 partial "
+            "to slice l of the\n//     workspace; splitk_reduce sums the slices in order into C (deterministic).")
+
+
+def _epilogue_design(cfg: Sm90Config) -> str:
+    """The design line of the epilogue: half C, or split-K's fp32 partials, or reduction=last's ticket and sum."""
+    if cfg.reduction is Reduction.LAST:
+        return ("Epilogue: TicketEpilogue: fp32 partial -> the workspace -> ticket; the last range: the sum -> half -> "
+                "shared memory\n//     -> 16-byte row stores into C (clipped at M, N). C (beta * C) is void: never "
+                "read.")
+    kind, into = ("fp32", "the workspace") if batched_split_k(cfg) else ("half", "")
+    if cfg.epilogue is Epilogue.TMA:
+        flow = f"{kind} -> swizzled shared memory -> TMA store {'into ' + into + ' ' if into else ''}(clipped at M, N)"
+    else:
+        flow = f"{kind} -> predicated stores straight to {into or 'global memory'}"
+    return f"Epilogue: accumulators -> {flow}. C (beta * C) is void: never read."
 
 
 def _epilogue_tile(cfg: Sm90Config) -> str:
