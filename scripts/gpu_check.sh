@@ -99,7 +99,8 @@ if [[ $what == smoke || $what == all ]]; then
 fi
 if [[ $what == tests || $what == all ]]; then
   # GPU_TESTS (default tests) and GPU_TESTS_K (pytest -k) narrow the run, e.g. to what a change touched.
-  CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" python3 -m pytest -m gpu -q --timeout=300 ${GPU_TESTS:-tests} \
+  CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" CUDAL2_FAILURE_LOG="$OUT/pytest_failures.log" \
+    python3 -m pytest -m gpu -q -rfE --timeout=300 ${GPU_TESTS:-tests} \
     ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi

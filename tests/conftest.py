@@ -26,3 +26,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="nvcc not on PATH (install the CUDA toolkit to run)"))
         if "gpu" in item.keywords and gpu is None:
             item.add_marker(pytest.mark.skip(reason="no CUDA GPU visible (run scripts/gpu_check.sh on the device)"))
+
+
+def pytest_runtest_logreport(report):
+    """With CUDAL2_FAILURE_LOG set (scripts/gpu_check.sh sets it), each failure's test id and traceback go to that
+    file as it happens: a device call cut off by its time limit still tells which test failed and why (pytest's
+    own summary comes only at the end, which such a call never reaches)."""
+    path = os.environ.get("CUDAL2_FAILURE_LOG")
+    if path and report.failed:
+        with open(path, "a") as f:
+            f.write(f"FAILED ({report.when}) {report.nodeid}\n{report.longreprtext}\n\n")
