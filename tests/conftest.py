@@ -15,7 +15,26 @@ import pytest
 from cudal2.sandbox.gpu import detect_gpu
 
 
+def _shard(spec: str) -> tuple[int, int]:
+    """CUDAL2_SHARD "i/n" (1 <= i <= n) as (i, n); anything else stops the run with a one-line reason."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        i = n = 0
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"CUDAL2_SHARD must be i/n with 1 <= i <= n, got {spec!r}")
+    return i, n
+
+
 def pytest_collection_modifyitems(config, items):
+    # CUDAL2_SHARD=i/n keeps every n-th collected test from the i-th on (scripts/gpu_check.sh's GPU_TESTS_SHARD): the
+    # whole GPU suite takes longer than one device call may run (600 s), so it runs as shards over several calls.
+    spec = os.environ.get("CUDAL2_SHARD")
+    if spec:
+        i, n = _shard(spec)
+        keep = [item for k, item in enumerate(items) if k % n == i - 1]
+        config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
+        items[:] = keep
     have_nvcc = shutil.which("nvcc") is not None
     gpu = detect_gpu()
     for item in items:
