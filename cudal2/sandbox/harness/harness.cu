@@ -11,8 +11,8 @@
 //      over garbage), so work not ordered on the given stream reads garbage; output poisoned with NaN;
 //      workspace filled with garbage; guard bands around A, B, C and the workspace; inputs compared after;
 //      after the call the output is poisoned again and must stay poisoned (no work left running), and the
-//      device must go idle as soon as the stream does (a call during which the harness thread was off its CPU is
-//      run again: a stalled host reads like GPU work left running; work left running shows in every attempt).
+//      device must go idle as soon as the stream does (a call that fails only this is run again, up to 4 times: a
+//      stalled host or driver reads like GPU work left running, but work left running shows again; checked_call).
 //   2. timing with CUDA events: offline = CUDA-graph replay of R calls over R rotating input sets
 //      (plain stream calls when the candidate cannot be captured; R <= max_sets, so a shape whose R sets fit in
 //      L2 is timed with its inputs in L2), cold = the offline replay after an L2 flush, so that every call of
@@ -446,8 +446,9 @@ static double now_ms() {
 // for a scheduler slice (~1 ms) after an instant sync; that wait says nothing about the GPU. An involuntary context
 // switch shows a preemption; a thread that blocked instead (a page fault, a lock in the driver) shows as CPU time well
 // under the wall time: the sync spins while the GPU works (cudaDeviceScheduleAuto spins while the process's threads
-// fit the cores), so a wait for leftover work is spent on the CPU. An honest small kernel was once rejected after a
-// 0.60 ms wait with no involuntary switch (3 such results in 117,958 stored, RESULTS nineteenth session).
+// fit the cores), so a wait for leftover work is spent on the CPU. But honest kernels were also rejected after 0.60-1.35
+// ms waits with neither (3 such results in 117,958 stored, RESULTS nineteenth session): checked_call runs a call that
+// fails the idle check again either way, and `off_cpu` decides how many clean attempts it then needs.
 struct SyncWait {
   double ms;
   bool off_cpu;
@@ -477,11 +478,13 @@ static int call_candidate(Ctx& c, TaskBufs& b, int set) {
 
 static const uint16_t POISON_AFTER = 0x7F7F;  // a NaN pattern (memset byte 0x7F)
 
+static const int IDLE_ATTEMPTS = 4;  // the most runs of a checked call that fails only the idle check (checked_call)
+
 // One fully checked call on set 0. The true inputs are in A_true/B_true and `ref` holds their fp32 product.
 // `gate`: inputs arrive late on the stream (see the file comment). Returns false with the outcome filled in;
-// `unclear` set when only the idle check failed and the thread was off its CPU while it measured.
+// `idle_failure`: the idle check's wait when that check is what failed (untouched otherwise).
 static bool checked_call_once(Ctx& c, TaskBufs& b, Outcome& out, const char* what, bool exact, bool gate,
-                              bool& unclear) {
+                              SyncWait& idle_failure) {
   size_t na = (size_t)b.M * b.K, nb = (size_t)b.N * b.K, nc = (size_t)b.M * b.N;
   uint64_t salt = c.rng();
   if (gate) {
@@ -509,11 +512,11 @@ static bool checked_call_once(Ctx& c, TaskBufs& b, Outcome& out, const char* wha
   ck(cudaStreamSynchronize(c.s), "candidate call");  // a candidate's illegal address surfaces here
   const SyncWait idle = timed_device_sync();
   if (c.spec.checks && idle.ms > 0.5) {
-    unclear = idle.off_cpu;
+    idle_failure = idle;
     return out.fail("rejected_behaviour",
                     fmt("%s: GPU work still running %.2f ms after the call's stream finished (work on another "
                         "stream or launched later)%s", what, idle.ms,
-                        idle.off_cpu ? "; the harness thread was off its CPU during every one of these checks" : ""));
+                        idle.off_cpu ? "; the harness thread was off its CPU meanwhile" : ""));
   }
   if (c.spec.checks) {
     usleep(300);  // give a late launcher (host thread, callback) a chance to show itself
@@ -554,19 +557,33 @@ static bool checked_call_once(Ctx& c, TaskBufs& b, Outcome& out, const char* wha
   return true;
 }
 
-// A checked call whose idle check cannot be read (thread off its CPU) is run again, up to IDLE_ATTEMPTS times in all:
-// work a candidate leaves running shows in every attempt, a host stall in few. Every attempt starts from the outcome
-// as it was (a retried attempt leaves no trace in it).
-static const int IDLE_ATTEMPTS = 4;
-
+// A checked call that fails only the idle check is run again, up to IDLE_ATTEMPTS times in all. A wait during which
+// the harness thread was off its CPU says nothing (a preemption on a loaded host, sixth session): one clean attempt
+// after it passes. A wait with the thread on its CPU is suspect, yet something other than the candidate (the host or
+// the driver; the cause is not known) can cause it too: 3 results in the H200 store of ~139,000 rejected honest
+// kernels after 0.60-1.35 ms such waits (the one measured again was ok). So after one the call must pass twice in a
+// row. Work a candidate leaves on every call fails every attempt, and one that leaves it on every other call never
+// passes twice in a row; one that leaves it on fewer calls still can pass this check. Every attempt starts from the
+// outcome as it was before the first.
 static bool checked_call(Ctx& c, TaskBufs& b, Outcome& out, const char* what, bool exact, bool gate) {
   const Outcome before = out;
-  for (int attempt = 1;; ++attempt) {
-    bool unclear = false;
-    if (checked_call_once(c, b, out, what, exact, gate, unclear)) return true;
-    if (!unclear || attempt == IDLE_ATTEMPTS) return false;
+  Outcome failure;
+  int owed = 1, failed = 0;  // clean attempts still needed; attempts that failed the idle check
+  for (int attempt = 1; attempt <= IDLE_ATTEMPTS; ++attempt) {
     out = before;
+    SyncWait idle{0, false};
+    if (checked_call_once(c, b, out, what, exact, gate, idle)) {
+      if (--owed == 0) return true;
+      continue;
+    }
+    if (idle.ms == 0) return false;  // another check failed: its verdict stands
+    failure = out;
+    ++failed;
+    owed = idle.off_cpu ? 1 : 2;
   }
+  out = failure;
+  out.reason += fmt("; %d of %d attempts failed this check", failed, IDLE_ATTEMPTS);
+  return false;
 }
 
 // When a gated check fails, re-run it with the inputs in place before the call: if it then passes, the
