@@ -759,11 +759,13 @@ def _epilogue_design(cfg: Sm90Config) -> str:
         return ("Epilogue: TicketEpilogue: fp32 partial -> the workspace -> ticket; the last range: the sum -> half -> "
                 "shared memory\n//     -> 16-byte row stores into C (clipped at M, N). C (beta * C) is void: never "
                 "read.")
-    kind, into = ("fp32", "the workspace") if batched_split_k(cfg) else ("half", "")
+    batched = batched_split_k(cfg)  # fp32 partials into the workspace, not half C
+    kind = "fp32" if batched else "half"
     if cfg.epilogue is Epilogue.TMA:
-        flow = f"{kind} -> swizzled shared memory -> TMA store {'into ' + into + ' ' if into else ''}(clipped at M, N)"
+        flow = (f"{kind} -> swizzled shared memory -> TMA store" + (" into the workspace" if batched else "")
+                + " (clipped at M, N)")
     else:
-        flow = f"{kind} -> predicated stores straight to {into or 'global memory'}"
+        flow = f"{kind} -> predicated stores straight to " + ("the workspace" if batched else "global memory")
     return f"Epilogue: accumulators -> {flow}. C (beta * C) is void: never read."
 
 
