@@ -100,10 +100,10 @@ fi
 if [[ $what == tests || $what == all ]]; then
   # GPU_TESTS (default tests) and GPU_TESTS_K (pytest -k) narrow the run, e.g. to what a change touched.
   # GPU_TESTS_SHARD=i/n runs every n-th of the selected tests from the i-th on: the whole suite takes longer than one
-  # device call (an H100 at cbb3a6d: 94 of ~130 tests in 560 s; shard 1/2 at b0fdbe3: 67 tests in 256 s), so run it
-  # as 1/2 and 2/2 in two calls.
+  # device call (an H100 at cbb3a6d: 94 of ~130 tests in 560 s; shard 1/2 at b0fdbe3: 67 tests in 256 s, shard 2/2
+  # at 76bef47: 66 tests in 403 s), so run it as 1/2 and 2/2 in two calls. -rs names each skip's reason.
   CUDAL2_CORPUS_TABLE="$OUT/corpus_table.md" CUDAL2_FAILURE_LOG="$OUT/pytest_failures.log" \
-    CUDAL2_SHARD="${GPU_TESTS_SHARD:-}" python3 -m pytest -m gpu -q -rfE --timeout=300 ${GPU_TESTS:-tests} \
+    CUDAL2_SHARD="${GPU_TESTS_SHARD:-}" python3 -m pytest -m gpu -q -rfEs --timeout=300 ${GPU_TESTS:-tests} \
     ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
