@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|lean|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -12,6 +12,9 @@
 #            last K range) against its batch with splitk_reduce, plain and with PDL, on the same tiles,
 #            FUSED_REPEATS (2) fresh evaluations each on FUSED_SHAPES
 #            (default: the script's few-tile long-K shapes)
+#     lean: benchmarks/long_k_lean.py: long-K small-output shapes' H200 winners against lean kernels that stream K
+#           through cp.async stages and sum over clusters and workspace groups, LEAN_REPEATS (2) fresh evaluations
+#           each on LEAN_SHAPES (default: all the script's shapes)
 #     profile: benchmarks/kernel_profile.py under Nsight Compute, the grid store's best kernel (or each config that
 #              PROFILE_CONFIGS names) and cuBLAS's on PROFILE_SHAPES (duration, launch, DRAM bytes, instructions, stall
 #              reasons per kernel)
@@ -166,6 +169,13 @@ if [[ $what == fused ]]; then  # split-K summed in the GEMM's epilogue against t
   [[ -z ${FUSED_SHAPES:-} ]] || fused_shapes=(--shapes $FUSED_SHAPES)
   python3 benchmarks/fused_splitk.py --repeats "${FUSED_REPEATS:-2}" "${fused_shapes[@]}" \
     --json "$OUT/fused_splitk.json" 2>&1 | tee "$OUT/fused_splitk.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+fi
+if [[ $what == lean ]]; then  # long K on a small output: the winners against lean cp.async + cluster-sum kernels
+  lean_shapes=()
+  [[ -z ${LEAN_SHAPES:-} ]] || lean_shapes=(--shapes $LEAN_SHAPES)
+  python3 benchmarks/long_k_lean.py --repeats "${LEAN_REPEATS:-2}" "${lean_shapes[@]}" \
+    --json "$OUT/long_k_lean.json" 2>&1 | tee "$OUT/long_k_lean.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $what == profile ]]; then  # Nsight Compute: the grid store's best kernel next to cuBLAS on PROFILE_SHAPES
