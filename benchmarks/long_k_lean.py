@@ -41,7 +41,7 @@ from cudal2.sandbox.types import Acc, Status, Task
 from cudal2.tune import FAMILIES, candidate_named
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing_runs import add_timing_flags, evaluator_for, prepare_all, sort_prepared  # noqa: E402  (a sibling script)
+from timing_runs import add_timing_flags, evaluator_for, prepare_all, rotated_runs, sort_prepared  # noqa: E402  (a sibling script)
 
 # Long-K small-output grid shapes and their H200 offline winners (benchmarks/leaderboard/h200_grid_offline.md).
 WINNERS = {
@@ -321,16 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if ready.stopped else 0
     evals: list[tuple[str, tuple[int, int, int], float, float]] = []
     failures = []
-    labels = list(cands)
-    for repeat in range(args.repeats):
-        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:  # rotate who goes first
-            for shape in evaluator.run(ready.runnable[label]).shapes:
-                mnk = (shape.task.m, shape.task.n, shape.task.k)
-                if shape.status is not Status.OK:
-                    failures.append(f"{label} {mnk} repeat {repeat}: {shape.status.value}: {shape.reason[:200]}")
-                    continue
-                evals.append((label, mnk, shape.timings["candidate"].median_us, shape.timings["cublas"].median_us))
-                print(f"{label} {mnk} repeat {repeat}: {evals[-1][2]:.2f} us (cuBLAS {evals[-1][3]:.2f})", flush=True)
+    for label, repeat, shape in rotated_runs(evaluator, ready.runnable, args.repeats):
+        mnk = (shape.task.m, shape.task.n, shape.task.k)
+        if shape.status is not Status.OK:
+            failures.append(f"{label} {mnk} repeat {repeat}: {shape.status.value}: {shape.reason[:200]}")
+            continue
+        evals.append((label, mnk, shape.timings["candidate"].median_us, shape.timings["cublas"].median_us))
+        print(f"{label} {mnk} repeat {repeat}: {evals[-1][2]:.2f} us (cuBLAS {evals[-1][3]:.2f})", flush=True)
     print(f"\non {evaluator.gpu_label}, offline, {args.repeats} repeats, target_ms {args.target_ms:g}; "
           f"{len(failures)} evaluations not ok", *failures, sep="\n")
     print(table(evals))

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator, Prepared
-from cudal2.sandbox.types import Status, Task
+from cudal2.sandbox.types import ShapeResult, Status, Task
 
 K = TypeVar("K", bound=Hashable)
 
@@ -66,3 +66,14 @@ def sort_prepared(prepared: Mapping[K, Prepared], *, what: str, compile_only: bo
         for k, why in stopped.items():
             print(f"not runnable: {name(k)}: {why}")
     return Sorted({k: p for k, p in prepared.items() if p.final is None and k not in stopped}, stopped)
+
+
+def rotated_runs(evaluator: Evaluator, runnable: Mapping[K, Prepared],
+                 repeats: int) -> Iterator[tuple[K, int, ShapeResult]]:
+    """Each runnable source evaluated afresh `repeats` times, every source once per repeat, the order rotated by one each
+    repeat (so no source always goes first on a GPU that drifts): (key, repeat, result) per shape it runs."""
+    keys = list(runnable)
+    for repeat in range(repeats):
+        for key in keys[repeat % len(keys):] + keys[:repeat % len(keys)]:
+            for shape in evaluator.run(runnable[key]).shapes:
+                yield key, repeat, shape

@@ -35,7 +35,7 @@ from cudal2.sandbox.types import Acc, Status, Task
 from cudal2.tune import FAMILIES, candidate_named
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing_runs import add_timing_flags, evaluator_for, prepare_all, sort_prepared  # noqa: E402  (a sibling script)
+from timing_runs import add_timing_flags, evaluator_for, prepare_all, rotated_runs, sort_prepared  # noqa: E402  (a sibling script)
 
 WINNER = "small-bm16-bn32-warps_m1-warps_n4-warps_k1-k_unroll2-accfp32"  # 64^3's H200 leaderboard kernel
 LEAN_WARPS = (4, 1, 32)  # warps per CTA of the lean kernels (32 warp tiles in all)
@@ -162,16 +162,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if ready.stopped else 0
     evals: list[tuple[str, float, float]] = []  # (candidate, its median us, cuBLAS's median us) per evaluation
     failures = []
-    labels = list(cands)
-    width = max(map(len, labels))
-    for repeat in range(args.repeats):
-        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:  # rotate who goes first
-            shape = evaluator.run(ready.runnable[label]).shapes[0]
-            if shape.status is not Status.OK:
-                failures.append(f"{label} repeat {repeat}: {shape.status.value}: {shape.reason[:160]}")
-                continue
-            evals.append((label, shape.timings["candidate"].median_us, shape.timings["cublas"].median_us))
-            print(f"{label:<{width}} repeat {repeat} {evals[-1][1]:.3f} us (cuBLAS {evals[-1][2]:.3f})", flush=True)
+    width = max(map(len, cands))
+    for label, repeat, shape in rotated_runs(evaluator, ready.runnable, args.repeats):
+        if shape.status is not Status.OK:
+            failures.append(f"{label} repeat {repeat}: {shape.status.value}: {shape.reason[:160]}")
+            continue
+        evals.append((label, shape.timings["candidate"].median_us, shape.timings["cublas"].median_us))
+        print(f"{label:<{width}} repeat {repeat} {evals[-1][1]:.3f} us (cuBLAS {evals[-1][2]:.3f})", flush=True)
     print(f"\n64x64x64 on {evaluator.gpu_label}, offline, {args.repeats} repeats, target_ms {args.target_ms:g}; "
           f"{len(failures)} evaluations not ok", *failures, sep="\n")
     print(table(evals))

@@ -1,5 +1,5 @@
-"""benchmarks/timing_runs.py's sort_prepared: which prepared sources the GPU may time, and the lines that say why the
-others may not (fence_ab.py, paired_noise.py and tiny_floor.py print them)."""
+"""benchmarks/timing_runs.py: sort_prepared (which prepared sources the GPU may time, and the lines that say why the
+others may not: fence_ab.py, paired_noise.py and tiny_floor.py print them), and rotated_runs' order of evaluations."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cudal2.sandbox.evaluator import EvalOptions, Evaluator
-from cudal2.sandbox.types import Acc, Task
+from cudal2.sandbox.types import Acc, ShapeResult, Status, Task
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = (Task(64, 64, 64, Acc.FP32),)
@@ -56,3 +56,27 @@ def test_a_source_decided_on_the_cpu_is_not_runnable_and_says_why(timing_runs, s
     assert (("good", 1) in ready.runnable) == runnable_on_this_machine
     assert (("good", 1) in ready.stopped) != runnable_on_this_machine
     assert len(out) == len(ready.stopped)
+
+
+class _Recorder:
+    """Stands in for the evaluator's GPU step: answers each prepared source (here its name) with one ok result per task
+    of its tasks, and records the order it was asked in."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def run(self, prepared):
+        name, tasks = prepared
+        self.order.append(name)
+        return type("Result", (), {"shapes": [ShapeResult(t, Status.OK, "") for t in tasks]})()
+
+
+def test_rotated_runs_rotate_the_first_source_each_repeat_and_yield_every_shape(timing_runs):
+    two = (Task(64, 64, 64), Task(64, 64, 128))
+    runnable = {"a": ("a", two), "b": ("b", TASKS), "c": ("c", TASKS)}
+    ev = _Recorder()
+    got = [(key, repeat, (shape.task.m, shape.task.n, shape.task.k))
+           for key, repeat, shape in timing_runs.rotated_runs(ev, runnable, repeats=4)]
+    assert ev.order == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert got[:4] == [("a", 0, (64, 64, 64)), ("a", 0, (64, 64, 128)), ("b", 0, (64, 64, 64)), ("c", 0, (64, 64, 64))]
+    assert len(got) == 4 * 4 and {r for _, r, _ in got} == {0, 1, 2, 3}
