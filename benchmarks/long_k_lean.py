@@ -21,6 +21,10 @@ kernel after the GEMM. The lean kernel here does what neither does, to price it 
                 deterministic, one launch
     lean        M and N multiples of 64, K of 64, 16-byte aligned pointers; anything else is refused (returns 1)
 
+Measured (benchmarks/RESULTS.md, forty-ninth session, H100): no variant beats any shape's winner (0.49-0.89x at best);
+16 or 8 CTAs per tile reach ~30 GB/s each however deep the stages, and cutting K past 64 CTAs per tile costs more than
+it saves. The winners' small output tiles give more CTAs without a sum, their re-reads of A and B coming from L2.
+
 Every candidate is verified as any other (the evaluator's checks, determinism included), offline mode, `repeats`
 fresh evaluations each over all the shapes it runs, in an order rotated each repeat; cuBLAS is timed in each
 evaluation as always; nothing is stored. Printed per shape: each candidate's median over the repeats of its median
