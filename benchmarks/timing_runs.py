@@ -1,6 +1,6 @@
-"""What the benchmarks that time a few sources again and again share (fence_ab.py, paired_noise.py, tiny_floor.py):
-their timing flags, the evaluator those flags ask for, every source compiled before anything is timed, and the
-lines that say which sources cannot be timed."""
+"""What the benchmarks that time a few sources again and again share (fence_ab.py, paired_noise.py, tiny_floor.py,
+long_k_lean.py): their timing flags, the evaluator those flags ask for, every source compiled before anything is
+timed, the lines that say which sources cannot be timed, and the rotated order of the timed evaluations."""
 
 from __future__ import annotations
 
