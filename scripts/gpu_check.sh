@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
-#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|lean|profile|paired|model|linear|tune|grid|all]   (default all = smoke, tests, bench)
+#   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|lean|profile|paired|model|linear|tune|grid|env|all]   (default all = smoke, tests, bench)
+#     env: only the machine's description ($OUT/env.txt: GPU, driver, clocks, nvcc, torch), as every mode writes first
+#   GPU_MUST_BE=H200 (any part of nvidia-smi's GPU name): where the GPU is another, stop before anything is installed
+#   or run (exit 3, one line); a lent machine may be another kind, and figures for one GPU's store need that GPU.
+#   An unknown mode stops at once too (exit 2), before the minutes a run would take are spent on nothing.
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -76,6 +80,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudal2-out}
 mkdir -p "$OUT"
 what=${1:-all}
+modes=(smoke tests bench scale train family sm90 host gap fence tiny fused lean profile paired model linear tune grid env all)
+[[ " ${modes[*]} " == *" $what "* ]] || { echo "gpu_check.sh: unknown mode '$what' (one of: ${modes[*]})" >&2; exit 2; }
+if [[ -n ${GPU_MUST_BE:-} ]]; then
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  [[ -n $gpu && $gpu == *"$GPU_MUST_BE"* ]] || {
+    echo "gpu_check.sh: the GPU here is '${gpu:-none found}', not $GPU_MUST_BE (GPU_MUST_BE): nothing run" >&2
+    exit 3
+  }
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }
