@@ -81,7 +81,9 @@ OUT=${OUT:-/tmp/cudal2-out}
 mkdir -p "$OUT"
 what=${1:-all}
 modes=(smoke tests bench scale train family sm90 host gap fence tiny fused lean profile paired model linear tune grid env all)
-[[ " ${modes[*]} " == *" $what "* ]] || { echo "gpu_check.sh: unknown mode '$what' (one of: ${modes[*]})" >&2; exit 2; }
+known=0
+for name in "${modes[@]}"; do [[ $name != "$what" ]] || known=1; done
+((known)) || { echo "gpu_check.sh: unknown mode '$what' (one of: ${modes[*]})" >&2; exit 2; }
 if [[ -n ${GPU_MUST_BE:-} ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   [[ -n $gpu && $gpu == *"$GPU_MUST_BE"* ]] || {

@@ -46,6 +46,10 @@ def test_unknown_mode_stops_with_one_line_and_runs_nothing(run, tmp_path):
     assert " grid " in r.stderr and not (tmp_path / "out" / "env.txt").exists()
 
 
+def test_two_modes_in_one_argument_are_not_a_mode(run):
+    assert run("grid all", "NVIDIA H200").returncode == 2
+
+
 def test_another_gpu_than_gpu_must_be_stops_before_anything_runs(run, tmp_path):
     r = run("grid", "NVIDIA H100 80GB HBM3", GPU_MUST_BE="H200")
     assert r.returncode == 3
