@@ -2,9 +2,6 @@
 # One call on the GPU device: install carried wheels, run the GPU tests and the benchmarks, write under $OUT.
 #   bash scripts/gpu_check.sh [smoke|tests|bench|scale|train|family|sm90|host|gap|fence|tiny|fused|lean|profile|paired|model|linear|tune|grid|env|all]   (default all = smoke, tests, bench)
 #     env: only the machine's description ($OUT/env.txt: GPU, driver, clocks, nvcc, torch), as every mode writes first
-#   GPU_MUST_BE=H200 (any part of nvidia-smi's GPU name): where the GPU is another, stop before anything is installed
-#   or run (exit 3, one line); a lent machine may be another kind, and figures for one GPU's store need that GPU.
-#   An unknown mode stops at once too (exit 2), before the minutes a run would take are spent on nothing.
 #     host: the GPU tests of sm90's host_cache, then benchmarks/host_overhead.py (host time per call, with and without)
 #     gap: benchmarks/graph_gap.cu, the cost of one more kernel, memset or cluster-launch node in graph replay; then
 #          benchmarks/cublas_graph.cu, the cuBLAS baseline's graph nodes (kernel names, PDL) on CUBLAS_GRAPH_SHAPES
@@ -72,6 +69,9 @@
 #     scale: the pool on 1 GPU, then on 2 (and 4, 8 where present): evaluations/min and GPU busy per count
 #     train: a short GRPO run with the full reward (configs/gpu_tiny.yaml): trainer and pool on GPU 0, then, with
 #            two or more GPUs, the trainer on GPU 0 and the pool on the others; step time split per run
+# GPU_MUST_BE=H200 (any part of nvidia-smi's GPU name): where the GPU is another, stop before anything is installed
+# or run (exit 3, one line); a lent machine may be another kind, and figures for one GPU's store need that GPU.
+# An unknown mode stops at once too (exit 2), before the minutes a run would take are spent on nothing.
 # Carried precompiled libraries (.precompiled/, ignored by git; scripts/precompile.sh makes them) go into the compile
 # cache first. Carried wheels (.whl/, ignored by git): nvidia-cutlass (headers for CuTe/CUTLASS candidates); trl,
 # datasets, dill, multiprocess (the device image lacks them; pyarrow, pandas, fsspec, xxhash are there).
