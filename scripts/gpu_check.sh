@@ -78,7 +78,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudal2-out}
-mkdir -p "$OUT"
 what=${1:-all}
 modes=(smoke tests bench scale train family sm90 host gap fence tiny fused lean profile paired model linear tune grid env all)
 known=0
@@ -91,6 +90,7 @@ if [[ -n ${GPU_MUST_BE:-} ]]; then
     exit 3
   }
 fi
+mkdir -p "$OUT"  # only now: a refused call leaves nothing behind
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }

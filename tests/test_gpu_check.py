@@ -43,7 +43,7 @@ def test_unknown_mode_stops_with_one_line_and_runs_nothing(run, tmp_path):
     r = run("gird", "NVIDIA H200")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "unknown mode 'gird'" in r.stderr
-    assert " grid " in r.stderr and not (tmp_path / "out" / "env.txt").exists()
+    assert " grid " in r.stderr and not (tmp_path / "out").exists()  # not even an empty $OUT left behind
 
 
 def test_two_modes_in_one_argument_are_not_a_mode(run):
@@ -55,7 +55,7 @@ def test_another_gpu_than_gpu_must_be_stops_before_anything_runs(run, tmp_path):
     assert r.returncode == 3
     assert r.stderr.strip() == ("gpu_check.sh: the GPU here is 'NVIDIA H100 80GB HBM3', not H200 (GPU_MUST_BE): "
                                 "nothing run")
-    assert not (tmp_path / "out" / "env.txt").exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_gpu_at_all_is_not_the_gpu_asked_for(run):
