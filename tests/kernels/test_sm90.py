@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -242,32 +242,51 @@ def test_prune_refuses_other_archs():
         assert "sm_90a" in FAMILY.prune(DEFAULT, arch)
 
 
-def test_prune_is_consistent_with_the_models_over_the_space():
+@dataclass(frozen=True)
+class Walk:
+    """One pruned walk over the space, shared by the tests that need one (each walk prunes ~2.9M configs, about
+    four minutes on CI's two cores: walking once per module instead of once per test saves that)."""
+
+    step: int
+    total: int  # configs visited
+    kept: list[Sm90Config]  # the configs prune keeps, in walk order
+    bad_reasons: list[str]  # refusals whose reason is empty or longer than one line (must be none)
+
+
+@pytest.fixture(scope="module")
+def walk() -> Walk:
     # Every 4457th config (a prime, so prime to every dimension's size: the walk visits every value of each): the
     # whole product is ~13G configs since raster, cluster 4, more tile and split sizes, swap_ab, epi_n, ctas_per_sm
     # and reduction=last came (the step grew 4x with ctas_per_sm's 4 values and 1.5x with reduction's third, keeping
     # the walk at ~2.9M configs).
-    kept, total = 0, 0
-    for c in every_config(step=4457):
+    step, total, kept, bad_reasons = 4457, 0, [], []
+    for c in every_config(step=step):
         total += 1
         why = FAMILY.prune(c, ARCH)
         if why is None:
-            kept += 1
-            assert smem_bytes(c) <= smem_budget(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
-            assert c.ctas_per_sm == 1 or (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and c.stages == 0)
-            assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
-            assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
-            assert not (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and (c.scheduler, c.swizzle, c.raster)
-                        != (Scheduler.PERSISTENT, 1, Raster.HEURISTIC))
-            assert not (c.schedule is Schedule.UNSPECIALIZED and
-                        (c.epilogue is not Epilogue.NOSMEM or pipeline_stages(c) < 3))
-            assert c.cluster_m * c.cluster_n <= 8
-            assert c.reduction is not Reduction.LAST or (
-                batched_split_k(c) and c.schedule in (Schedule.COOPERATIVE, Schedule.BASIC)
-                and c.epilogue is Epilogue.NOSMEM and not c.pdl and not c.swap_ab and c.acc is Acc.FP32)
-        else:
-            assert why and "\n" not in why
-    assert total > space_size() // 4457 - 1
+            kept.append(c)
+        elif not why or "\n" in why:
+            bad_reasons.append(why)
+    return Walk(step, total, kept, bad_reasons)
+
+
+def test_prune_is_consistent_with_the_models_over_the_space(walk):
+    assert walk.bad_reasons == []
+    for c in walk.kept:
+        assert smem_bytes(c) <= smem_budget(c) <= SMEM_CAPACITY and pipeline_stages(c) >= 2 and acc_regs(c) <= 128
+        assert c.ctas_per_sm == 1 or (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and c.stages == 0)
+        assert not (c.schedule is Schedule.COOPERATIVE and c.bm < 128)
+        assert not (c.schedule is Schedule.PINGPONG and c.scheduler is Scheduler.STREAMK)
+        assert not (c.schedule in (Schedule.BASIC, Schedule.UNSPECIALIZED) and (c.scheduler, c.swizzle, c.raster)
+                    != (Scheduler.PERSISTENT, 1, Raster.HEURISTIC))
+        assert not (c.schedule is Schedule.UNSPECIALIZED and
+                    (c.epilogue is not Epilogue.NOSMEM or pipeline_stages(c) < 3))
+        assert c.cluster_m * c.cluster_n <= 8
+        assert c.reduction is not Reduction.LAST or (
+            batched_split_k(c) and c.schedule in (Schedule.COOPERATIVE, Schedule.BASIC)
+            and c.epilogue is Epilogue.NOSMEM and not c.pdl and not c.swap_ab and c.acc is Acc.FP32)
+    total, kept = walk.total, len(walk.kept)
+    assert total > space_size() // walk.step - 1
     # ~0.2%: split-K, stream-K and the atomic reduction need each other, an epi_n must divide BN, the one-tile
     # schedules take no swizzle or raster order (unspecialized only the no-smem epilogue), and ctas_per_sm > 1 (3/4 of
     # the product) only those schedules with stages 0
@@ -719,9 +738,8 @@ def test_only_the_ordered_reduction_is_a_serial_chain_in_the_wave_model():
     assert not FAMILY.tiling(DEFAULT).serial_reduce  # persistent: no partials at all
 
 
-def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules():
-    kept = [c for c in every_config(step=4999) if FAMILY.prune(c, ARCH) is None]
-    sources = [FAMILY.render(c) for c in kept]
+def test_every_kept_config_renders_distinct_sources_that_pass_the_static_rules(walk):
+    sources = [FAMILY.render(c) for c in walk.kept]
     assert len(set(sources)) == len(sources) > 10
     for src in sources:
         assert check_source(src) == []
