@@ -245,7 +245,7 @@ def test_prune_refuses_other_archs():
 @dataclass(frozen=True)
 class Walk:
     """One pruned walk over the space, shared by the tests that need one (each walk prunes ~2.9M configs, about
-    four minutes on CI's two cores: walking once per module instead of once per test saves that)."""
+    five minutes on CI's two cores: walking once per module instead of once per test saves that)."""
 
     step: int
     total: int  # configs visited
