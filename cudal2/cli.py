@@ -190,9 +190,11 @@ def _add_tune_parser(sub) -> None:
     tu.add_argument("--cublas-kernels", default=None, metavar="REPORT", help="with --strategy cublaslt: also follow "
                     "the kernels cuBLAS's heuristic runs per shape, from benchmarks/cublas_graph.cu's output (e.g. "
                     "benchmarks/cublas_kernels_h200.txt)")
-    tu.add_argument("--configs", nargs="+", default=None, metavar="FILE", help="with --strategy given: the configs "
-                    "to measure, one name per line as the tuner prints them (e.g. small-bm16-bn16-warps_m1-warps_n2-"
-                    "warps_k8-k_unroll2-accfp32-grid_k8); # starts a comment; several files: all their names, each once")
+    # extend, not the default store: a repeated --configs (or --also below) adds its files instead of replacing them
+    tu.add_argument("--configs", nargs="+", action="extend", default=None, metavar="FILE",
+                    help="with --strategy given: the configs to measure, one name per line as the tuner prints them "
+                    "(e.g. small-bm16-bn16-warps_m1-warps_n2-warps_k8-k_unroll2-accfp32-grid_k8); # starts a comment; "
+                    "several files (after one flag or repeated): all their names, each once")
     tu.set_defaults(func=cmd_tune)
 
 
@@ -386,9 +388,10 @@ def _add_store_parser(sub) -> None:
     asm = ssub.add_parser("assemble", help="base and deltas -> one plain SQLite store (a new file)")
     asm.add_argument("committed", help="the committed store, e.g. benchmarks/stores/h200_grid.sqlite.gz")
     asm.add_argument("--out", required=True, help="the plain store to write (must not exist)")
-    asm.add_argument("--also", nargs="+", default=[], metavar="STORE",
+    asm.add_argument("--also", nargs="+", action="extend", default=[], metavar="STORE",
                      help="stores kept apart from the committed one's deltas (another GPU's rows, e.g. "
-                          "benchmarks/stores/h100_chosen_small.sqlite.gz), added after them with the next ids")
+                          "benchmarks/stores/h100_chosen_small.sqlite.gz), added after them with the next ids "
+                          "(several after one flag or repeated)")
     dl = ssub.add_parser("delta", help="the rows a grown store (or a delta sent back by a device call) adds to the "
                                        "committed store, as its next delta")
     dl.add_argument("--db", required=True, help="the grown store, plain or gzipped")

@@ -100,6 +100,20 @@ def test_argparse_errors_are_one_line_and_exit_2(capsys, argv, message):
     assert err.startswith(message) and "--help)" in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.parametrize(
+    ("argv", "field", "expected"),
+    [
+        (["tune", "--mnk", "64_64_64", "--strategy", "given", "--configs", "a.txt", "--configs", "b.txt", "c.txt"],
+         "configs", ["a.txt", "b.txt", "c.txt"]),
+        (["store", "assemble", "s.sqlite.gz", "--out", "o.sqlite", "--also", "a.gz", "b.gz", "--also", "c.gz"],
+         "also", ["a.gz", "b.gz", "c.gz"]),
+    ],
+)
+def test_a_repeated_list_flag_adds_to_the_list(argv, field, expected):
+    """`--also A --also B` used to keep only B (argparse's default for nargs="+" is to replace): a user who named two
+    stores or config files got one, with no word said. Each flag now adds its items, in order."""
+    assert getattr(cli.build_parser().parse_args(argv), field) == expected
+
 def test_explain_shapes_and_a_models_layers_from_a_library(capsys, tmp_path):
     """The dispatch rule on a library's manifest, as on its GPU, without one: per shape, and per model layer."""
     from tests.library_fixtures import entry, manifest, write_fixture_library
