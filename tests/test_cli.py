@@ -114,6 +114,7 @@ def test_a_repeated_list_flag_adds_to_the_list(argv, field, expected):
     stores or config files got one, with no word said. Each flag now adds its items, in order."""
     assert getattr(cli.build_parser().parse_args(argv), field) == expected
 
+
 def test_explain_shapes_and_a_models_layers_from_a_library(capsys, tmp_path):
     """The dispatch rule on a library's manifest, as on its GPU, without one: per shape, and per model layer."""
     from tests.library_fixtures import entry, manifest, write_fixture_library
