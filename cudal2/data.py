@@ -197,8 +197,14 @@ def load_shapes(path: str | Path, split: str | None = None) -> list[ShapeRow]:
         raise BadShapeFile(f"{path}: unknown split {split!r}: expected {' or '.join(SPLITS)}")
     try:
         with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            # A file without the columns (another CSV, a file given by mistake) is named as such once, not as a
+            # KeyError on its first data row.
+            missing = [c for c in COLUMNS[:5] if c not in (reader.fieldnames or ())]
+            if missing:
+                raise BadShapeFile(f"{path}:1: no column {', '.join(missing)}: the header must be {','.join(COLUMNS)}")
             rows = []
-            for i, d in enumerate(csv.DictReader(f), start=2):
+            for i, d in enumerate(reader, start=2):
                 try:
                     row = ShapeRow(int(d["M"]), int(d["N"]), int(d["K"]), d["acc"], d["split"], d.get("source", ""))
                     row.task  # validates dimensions and acc  # noqa: B018

@@ -49,7 +49,9 @@ def test_split_filter_and_round_trip(tmp_path):
 @pytest.mark.parametrize("body, message", [
     ("M,N,K,acc,split,source\n64,0,64,fp32,train,x\n", "g.csv:2"),
     ("M,N,K,acc,split,source\n64,64,64,bf8,train,x\n", "g.csv:2"),
-    ("M,N\n1,2\n", "g.csv:2"),
+    ("M,N\n1,2\n", "g.csv:1: no column K, acc, split: the header must be M,N,K,acc,split,source"),
+    ("root:x:0:0:root:/root:/bin/bash\n", "g.csv:1: no column M, N, K, acc, split"),
+    ("", "g.csv:1: no column M"),
 ])
 def test_bad_rows_are_one_line_errors(tmp_path, body, message):
     path = tmp_path / "g.csv"
