@@ -32,6 +32,7 @@ HELD_OUT_FRACTION = 0.2
 BUCKETS = ((0, 24, "< 2^24"), (24, 30, "2^24-2^30"), (30, 36, "2^30-2^36"), (36, 99, ">= 2^36"))
 COLUMNS = ("M", "N", "K", "acc", "split", "source")
 SPLITS = ("train", "heldout")
+REQUIRED_COLUMNS = COLUMNS[:5]  # a shape file may leave out `source`
 SOURCE_SEPARATOR = ";"  # between the names of the layers that share one shape
 
 Shape = tuple[int, int, int]  # (M, N, K)
@@ -200,7 +201,7 @@ def load_shapes(path: str | Path, split: str | None = None) -> list[ShapeRow]:
             reader = csv.DictReader(f)
             # A file without the columns (another CSV, a file given by mistake) is named as such once, not as a
             # KeyError on its first data row.
-            missing = [c for c in COLUMNS[:5] if c not in (reader.fieldnames or ())]
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
             if missing:
                 raise BadShapeFile(f"{path}:1: no column {', '.join(missing)}: the header must be {','.join(COLUMNS)}")
             rows = []
