@@ -8,7 +8,10 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 memory staging, no barriers in the main loop); one 16-byte load per lane covers two k16 steps
                 (k permuted identically in A and B, so the sum is unchanged)
     K split     WARPS_K warps of one block share an output tile and take interleaved K chunks; their fp32
-                partials are summed in shared memory in a fixed order at the end (deterministic)
+                partials are summed in shared memory in a fixed order at the end (deterministic). One load batch is
+                32 x WARPS_K x K_UNROLL columns of K; where it equals K, every load is issued before the first mma: on
+                an H100 the exact one-CTA tilings with that batch beat the H200's chosen kernels by up to 1.14x at
+                K = 64-512 (benchmarks/RESULTS.md, fifty-eighth session)
     cluster_k   (sm_90) a tile's K is also cut into CLUSTER_K ranges of whole load batches, one per CTA of a
                 thread-block cluster; every K-warp of every CTA parks its fp32 partial in its CTA's shared memory
                 and the CTAs sum the tile through distributed shared memory in a fixed order (deterministic), in the
