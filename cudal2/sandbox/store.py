@@ -182,14 +182,32 @@ class ResultStore:
         self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if self._check_version():
             return
-        mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = self._switch_to_wal()
+        if mode.lower() != "wal":
             raise StoreError(f"{self.path}: the file system does not support WAL journal mode (got {mode!r})")
         with self._tx() as c:
             # Statement by statement: executescript() would commit our transaction half-way.
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 c.execute(statement)
             c.execute("INSERT OR IGNORE INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    def _switch_to_wal(self) -> str:
+        """PRAGMA journal_mode = WAL, retried for up to BUSY_TIMEOUT_S; returns the journal mode the file ends in.
+
+        Connections that switch a new file at the same moment (pool workers starting together) can get "database is
+        locked" at once, without the busy timeout: each holds a shared lock and wants the exclusive one, and SQLite
+        fails one of them rather than deadlock. Only the one switch is retried: another process's switch makes ours
+        a no-op."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay_s = 0.005
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() + delay_s > deadline:
+                    raise
+            time.sleep(delay_s)
+            delay_s = min(2 * delay_s, 0.25)
 
     def _check_version(self) -> bool:
         """Raise StoreError unless the file is empty or a store of a known schema; True when fully set up."""
