@@ -316,6 +316,12 @@ def test_two_stores_on_one_file(tmp_path: Path) -> None:
         assert writer.get_algo(task, GPU, "cublaslt_autotuned") == "ab"
 
 
+def _child_env() -> dict[str, str]:
+    """The environment for a child Python that imports this checkout's cudal2 (installed or not)."""
+    root = str(Path(cudal2.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+
+
 _WRITER = """
 import sys
 from cudal2.sandbox.store import ResultStore
@@ -330,8 +336,7 @@ with ResultStore(path) as s:
 
 def test_concurrent_writer_processes(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
-    root = str(Path(cudal2.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = _child_env()
     procs = [
         subprocess.Popen([sys.executable, "-c", _WRITER, str(path), f"w{i}", "40"], env=env, stderr=subprocess.PIPE)
         for i in range(4)
@@ -344,7 +349,7 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
 
 
 _OPENER = """
-import sys, time
+import sys
 from pathlib import Path
 from cudal2.sandbox.store import ResultStore
 path, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
@@ -360,8 +365,7 @@ def test_processes_opening_a_new_file_at_once(tmp_path: Path) -> None:
     """Openers released together onto a new file all switch it to WAL; before the switch was retried, about one
     in 15 failed with "database is locked" (SQLite fails one of two shared-lock holders that both want the
     exclusive lock, without waiting), so 10 rounds of 6 openers caught it."""
-    root = str(Path(cudal2.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    env = _child_env()
     for round_ in range(10):
         path, go = tmp_path / f"new{round_}.sqlite", tmp_path / f"go{round_}"
         ready = [tmp_path / f"ready{round_}-{i}" for i in range(6)]
