@@ -11,7 +11,8 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 partials are summed in shared memory in a fixed order at the end (deterministic). One load batch is
                 32 x WARPS_K x K_UNROLL columns of K; where it equals K, every load is issued before the first mma: on
                 an H100 the exact one-CTA tilings with that batch beat the H200's chosen kernels by up to 1.14x at
-                K = 64-512 (benchmarks/RESULTS.md, fifty-eighth session)
+                K = 64-512, and 16x8 tiles with 8-16 K-warps by up to 1.44x at K = 1024-2048 (benchmarks/RESULTS.md,
+                fifty-eighth and fifty-ninth sessions)
     cluster_k   (sm_90) a tile's K is also cut into CLUSTER_K ranges of whole load batches, one per CTA of a
                 thread-block cluster; every K-warp of every CTA parks its fp32 partial in its CTA's shared memory
                 and the CTAs sum the tile through distributed shared memory in a fixed order (deterministic), in the
