@@ -11,8 +11,9 @@ host-side setup beyond the launch (clusters over 8 CTAs: one attribute, set once
                 partials are summed in shared memory in a fixed order at the end (deterministic). One load batch is
                 32 x WARPS_K x K_UNROLL columns of K; where it equals K, every load is issued before the first mma: on
                 an H100 the exact one-CTA tilings with that batch beat the H200's chosen kernels by up to 1.14x at
-                K = 64-512, and 16x8 tiles with 8-16 K-warps by up to 1.44x at K = 1024-2048 (benchmarks/RESULTS.md,
-                fifty-eighth and fifty-ninth sessions)
+                K = 64-512, and 16x8 tiles with 8-16 K-warps by up to 1.44x at K = 1024-2048; the same batch from
+                half the K-warps at K_UNROLL 8 runs at 0.6-0.9x of those (benchmarks/RESULTS.md, fifty-eighth to
+                sixtieth sessions)
     cluster_k   (sm_90) a tile's K is also cut into CLUSTER_K ranges of whole load batches, one per CTA of a
                 thread-block cluster; every K-warp of every CTA parks its fp32 partial in its CTA's shared memory
                 and the CTAs sum the tile through distributed shared memory in a fixed order (deterministic), in the
@@ -163,7 +164,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "warps_m": (1, 2, 4),
     "warps_n": (1, 2, 4),
     "warps_k": (1, 2, 4, 8, 16),
-    "k_unroll": (1, 2, 4),
+    "k_unroll": (1, 2, 4, 8),
     "acc": tuple(Acc),
     "cluster_k": (1, 2, 4, 8, cuda_parts.MAX_CLUSTER),
     "grid_k": (1, 2, 4, 8, 16, 32),

@@ -35,12 +35,14 @@ STAGED = [cfg(stage_c=True),
           cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=16, stage_c=True)]
 
 # The default; one warp per 16x16 tile with an 8-way K split (long K, tiny MN); a 16x8 tile (one mma per k-step)
-# over 16 K-warps (the space's widest split); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's
-# tile cut over a cluster of 4 CTAs (sm_90a only); GRID_8.
+# over 16 K-warps (the space's widest split); the 16x8 tile at the deepest unroll (4 K-warps x 8 steps: a 1024-column
+# batch, longer than most test shapes' K); 64x128 tiles, 8 warps, deep unroll, fp16 accumulation; the default's tile
+# cut over a cluster of 4 CTAs (sm_90a only); GRID_8.
 SAMPLE = [
     DEFAULT,
     cfg(bm=16, bn=16, warps_m=1, warps_n=1, warps_k=8, k_unroll=2),
     cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=16, k_unroll=1),
+    cfg(bm=16, bn=8, warps_m=1, warps_n=1, warps_k=4, k_unroll=8),
     cfg(bm=64, bn=128, warps_m=2, warps_n=4, warps_k=1, k_unroll=4, acc=Acc.FP16),
     cfg(cluster_k=4),
     GRID_8,
